@@ -1,0 +1,328 @@
+"""The one benchmark harness: graph timing over rotating copies, ceilings, floors, the CLI.
+
+Method (shared/BENCHMARKS.md): a point captures k calls over k distinct operand copies in one CUDA
+graph, k chosen so the copies hold >= 256 MiB of weights (the H200's L2 is 50-60 MB, so each call
+reads its weight from HBM, as in a model), replays the graph after a warm-up and reports the median
+of >= 20 replays divided by k. Floors come from reference.floor_us with the ceilings measured in the
+same run. Records, the table, the geomean lines, JSON and the plot live in report.py and need no
+GPU: ``--dry-run`` drives them with fake timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from vllm_blockfp8 import reference, shapes
+
+from .report import (PUBLISHED_CEILINGS, Ceilings, Record, Report,  # noqa: F401 (re-exported)
+                     first_line)
+
+MIN_ROTATION_BYTES = 256 << 20
+MIN_REPLAYS = 20
+QUICK_REPLAYS = 5
+WARMUP_REPLAYS = 3
+# A graph of a few hundred nodes captures in well under a second; past that only tiny operands
+# (decode quantizer) need more copies, and those are launch-bound, not L2-bound.
+MAX_COPIES = 256
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+QUICK_SHAPES = ("qwen3-8b.qkv", "dsv3.2112x7168", "seed.8192x2048")
+SHAPE_SETS = {
+    "benchmark_set": shapes.BENCHMARK_SET, "qwen3_8b": shapes.QWEN3_8B,
+    "deepseek_v3": shapes.DEEPSEEK_V3, "seeds": shapes.SEEDS, "ragged": shapes.RAGGED,
+    "small": shapes.SMALL,
+}
+
+
+class WrongResult(RuntimeError):
+    """A callable's first output disagrees with the reference."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    us: float        # median replay time / copies
+    spread: float    # (p90 - p10) / median over the replays: repeat a point whose spread is large
+    copies: int
+    replays: int
+    method: str      # "graph", or "eager" when capture failed (launch gaps included)
+
+
+def copies_for(bytes_per_copy: int, min_bytes: int = MIN_ROTATION_BYTES,
+               max_copies: int = MAX_COPIES) -> int:
+    """Copies so that k * bytes_per_copy >= min_bytes (at least 2, so no call follows itself)."""
+    return max(2, min(max_copies, math.ceil(min_bytes / max(1, bytes_per_copy))))
+
+
+def time_graph(fn_factory: Callable[[int], Callable[[], object]], copies: int, *,
+               replays: int = MIN_REPLAYS, warmup: int = WARMUP_REPLAYS,
+               check: Callable[[object], str | None] | None = None,
+               on_wrong: Callable[[str], None] | None = None) -> Timing:
+    """Time ``fn_factory(i)()`` for i in range(copies) as one CUDA graph; per-call microseconds.
+
+    Every callable runs once eagerly first (JIT compilation, cuBLAS workspaces and DeepGEMM's
+    compilation stay out of the numbers); ``check`` sees the first output and returns a reason
+    when it is wrong: ``on_wrong`` gets it when given, otherwise WrongResult is raised.
+    """
+    import torch
+
+    fns = [fn_factory(i) for i in range(copies)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        first = fns[0]()
+        why = check(first) if check is not None else None
+        del first
+        if why and on_wrong is None:
+            raise WrongResult(why)
+        if why:
+            on_wrong(why)
+        for fn in fns[1:]:
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+
+    graph, method = torch.cuda.CUDAGraph(), "graph"
+    try:
+        with torch.cuda.graph(graph):
+            for fn in fns:
+                fn()
+        run = graph.replay
+    except RuntimeError as exc:
+        torch.cuda.synchronize()
+        print(f"    graph capture failed ({first_line(exc)}); timing eager launches", flush=True)
+        graph, method = None, "eager"
+
+        def run():
+            for fn in fns:
+                fn()
+
+    for _ in range(warmup):
+        run()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(replays)]
+    # No synchronisation inside the loop: the CPU runs ahead, so replay i+1 is queued before i ends
+    # and launch gaps stay out of every replay but the first.
+    for start, end in events:
+        start.record()
+        run()
+        end.record()
+    torch.cuda.synchronize()
+    ms = sorted(start.elapsed_time(end) for start, end in events)
+    median = statistics.median(ms)
+    spread = (ms[int(0.9 * (len(ms) - 1))] - ms[int(0.1 * (len(ms) - 1))]) / median
+    del graph, fns
+    return Timing(median * 1e3 / copies, spread, copies, replays, method)
+
+
+def measure_ceilings(replays: int = MIN_REPLAYS) -> Ceilings:
+    """Copy bandwidth (bytes read + written), cuBLAS bf16 and FP8 8192^3, graph-node overhead."""
+    import torch
+
+    dev = "cuda"
+    src = torch.randint(0, 256, (1 << 30,), dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    t_copy = time_graph(lambda i: (lambda: dst.copy_(src)), 1, replays=replays)
+    copy_bps = 2 * src.numel() / (t_copy.us * 1e-6)
+    del src, dst
+
+    size = 8192
+    flops = 2.0 * size**3
+    a = torch.randn(size, size, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=dev, dtype=torch.bfloat16)
+    t_bf16 = time_graph(lambda i: (lambda: torch.mm(a, b)), 1, replays=replays)
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)  # b8 [N, K]: b8.t() col-major
+    del a, b
+    one = torch.ones((), device=dev, dtype=torch.float32)
+    fp8 = {}
+    for fast in (False, True):
+        t = time_graph(lambda i, f=fast: (lambda: torch._scaled_mm(
+            a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=f)),
+            1, replays=replays)
+        fp8[fast] = flops / (t.us * 1e-6)
+    del a8, b8
+
+    tiny = torch.ones(1, device=dev)
+    t_node = time_graph(lambda i: (lambda: tiny.add_(1.0)), 1000, replays=replays)
+    return Ceilings(copy_bytes_per_s=copy_bps, bf16_flops=flops / (t_bf16.us * 1e-6),
+                    # The floor takes the faster accumulation mode: a floor must not be beatable.
+                    fp8_flops=max(fp8.values()), graph_node_us=t_node.us,
+                    fp8_flops_precise_accum=fp8[False], source="measured")
+
+
+def linear_floor(ceil: Ceilings, m: int, n: int, k: int, *,
+                 quantized_activations: bool = False) -> tuple[float, int, int]:
+    """(floor_us, minimum bytes, flops) of a linear/GEMM point (reference.floor_us)."""
+    kw = dict(activation_bytes=2, quantized_activations=quantized_activations)
+    floor = reference.floor_us(m, n, k, bytes_per_s=ceil.copy_bytes_per_s,
+                               flops_per_s=ceil.fp8_flops, **kw)
+    # The same function at 1 byte/us with no compute bound returns the byte count itself.
+    nbytes = round(reference.floor_us(m, n, k, bytes_per_s=1e6, flops_per_s=math.inf, **kw))
+    return floor, nbytes, 2 * m * n * k
+
+
+def quant_floor(ceil: Ceilings, m: int, k: int) -> tuple[float, int, int]:
+    """Quantizer: read 2*M*K (bf16), write M*K fp8 + 4*M*K/128 scales, at copy bandwidth."""
+    nbytes = 2 * m * k + m * k + 4 * m * math.ceil(k / reference.BLOCK)
+    return nbytes / ceil.copy_bytes_per_s * 1e6, nbytes, 0
+
+
+@dataclass
+class Variant:
+    """One implementation at one point: ours (or a forced row) or a peer."""
+    impl: str
+    factory: Callable[[int], Callable[[], object]] | None = None
+    row: str = ""
+    skip: str | None = None          # why it cannot run here; printed, not timed
+    check: Callable[[object], str | None] | None = None
+    strict: bool = True              # peers: a wrong result is skipped; ours: timed and flagged
+    note: str = ""
+
+
+@dataclass
+class Runner:
+    """Times the variants of each point (or fakes them under --dry-run) into a Report."""
+    report: Report
+    replays: int
+    dry_run: bool
+    fake_seed: int = 0
+
+    def point(self, *, op: str, shape: str, m: int, n: int, k: int, floor: tuple,
+              copies: int, variants: Iterable[Variant]) -> None:
+        floor_us, nbytes, flops = floor
+        for v in variants:
+            if v.skip:
+                self.report.skip(op, v.impl, shape, m, v.skip)
+                continue
+            notes = [v.note] if v.note else []
+            if self.dry_run and fake_skip(v.impl, f"{op}|{shape}", m, self.fake_seed):
+                self.report.skip(op, v.impl, shape, m, "dry run: simulated skip")
+                continue
+            if self.dry_run:
+                timing = Timing(fake_us(v.impl, f"{op}|{shape}", m, floor_us, self.fake_seed), 0.02,
+                                copies, self.replays, "dry-run")
+            else:
+                timing = self._time(op, shape, m, v, copies, notes)
+                if timing is None:
+                    continue
+            self.report.add(Record(op=op, impl=v.impl, row=v.row, shape=shape, m=m, n=n, k=k,
+                                   us=timing.us, floor_us=floor_us, bytes=nbytes, flops=flops,
+                                   copies=timing.copies, replays=timing.replays,
+                                   spread=timing.spread, method=timing.method,
+                                   note="; ".join(notes)))
+
+    def _time(self, op, shape, m, v: Variant, copies: int, notes: list) -> Timing | None:
+        import torch
+
+        on_wrong = None if v.strict else (lambda why: notes.append(f"WRONG: {why}"))
+        try:
+            return time_graph(v.factory, copies, replays=self.replays, check=v.check,
+                              on_wrong=on_wrong)
+        except torch.cuda.OutOfMemoryError as exc:
+            reason = f"out of memory: {first_line(exc)}"
+        except Exception as exc:  # a peer's own error is its skip reason, never a crash
+            reason = f"{type(exc).__name__}: {first_line(exc)}"
+        finally:
+            torch.cuda.empty_cache()
+        self.report.skip(op, v.impl, shape, m, reason)
+        return None
+
+
+def fake_skip(impl: str, shape: str, m: int, seed: int = 0) -> bool:
+    """--dry-run skips about one peer point in twelve, to exercise the skip and '-' paths."""
+    import zlib
+
+    key = f"{seed}|{impl}|{shape}|{m}|skip".encode()
+    return not impl.startswith("ours") and zlib.crc32(key) % 12 == 0
+
+
+def fake_us(impl: str, shape: str, m: int, floor_us: float, seed: int = 0) -> float:
+    """Deterministic fake time for --dry-run: ours 1.05-1.5x the floor, peers 1.4-3.8x."""
+    import random
+    import zlib
+
+    rng = random.Random(zlib.crc32(f"{seed}|{impl}|{shape}|{m}".encode()))
+    lo, hi = (1.05, 1.5) if impl.startswith("ours") else (1.4, 3.8)
+    return floor_us * rng.uniform(lo, hi) + 0.5
+
+
+# --------------------------------------------------------------------------------------------
+# Command line shared by the bench scripts
+# --------------------------------------------------------------------------------------------
+
+
+def common_parser(description: str, default_m: Sequence[int]) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", default="benchmark_set",
+                   help="comma-separated shape names or sets (%s)" % ", ".join(SHAPE_SETS))
+    p.add_argument("--m", default=",".join(map(str, default_m)), help="comma-separated M values")
+    p.add_argument("--json", type=Path, help="JSON path (default benchmarks/results/<script>.json)")
+    p.add_argument("--plot", type=Path, help="PNG output (default benchmarks/results/<script>.png)")
+    p.add_argument("--quick", action="store_true", help="few shapes, %d replays" % QUICK_REPLAYS)
+    p.add_argument("--replays", type=int, help="timed replays (default %d)" % MIN_REPLAYS)
+    p.add_argument("--peers", default="all", help="comma-separated peer names, 'all' or 'none'")
+    p.add_argument("--dry-run", action="store_true",
+                   help="no GPU: fake timings through the table, JSON and plot code")
+    return p
+
+
+def parse_m(spec: str) -> list[int]:
+    values = [int(tok) for tok in spec.replace(" ", ",").split(",") if tok]
+    if not values or min(values) < 1:
+        raise SystemExit(f"--m needs positive integers, got {spec!r}")
+    return values
+
+
+def resolve_shapes(spec: str, quick: bool = False) -> list[shapes.WeightShape]:
+    if quick and spec == "benchmark_set":
+        return [shapes.by_name(name) for name in QUICK_SHAPES]
+    out: list[shapes.WeightShape] = []
+    for tok in (t.strip() for t in spec.split(",")):
+        if not tok:
+            continue
+        found = SHAPE_SETS.get(tok.lower().replace("-", "_"))
+        try:
+            picked = list(found) if found is not None else [shapes.by_name(tok)]
+        except KeyError:
+            raise SystemExit(f"unknown shape or set {tok!r}; sets: {', '.join(SHAPE_SETS)}")
+        out.extend(s for s in picked if s not in out)
+    return out
+
+
+def replays_for(args) -> int:
+    if args.replays is not None:
+        return args.replays
+    return QUICK_REPLAYS if args.quick else MIN_REPLAYS
+
+
+def output_paths(args, script: str) -> tuple[Path, Path]:
+    stem = script + (".dryrun" if args.dry_run else "")
+    return (args.json or RESULTS_DIR / f"{stem}.json", args.plot or RESULTS_DIR / f"{stem}.png")
+
+
+def start(script: str, args) -> Runner:
+    """Measure (or, under --dry-run, take the published) ceilings and open the report."""
+    replays = replays_for(args)
+    if args.dry_run:
+        ceil = PUBLISHED_CEILINGS
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("no CUDA device: run with --dry-run to check the reporting code")
+        print("measuring ceilings ...", flush=True)
+        ceil = measure_ceilings(max(replays, 10))
+    print(ceil.describe(), flush=True)
+    report = Report(script=script, ceilings=ceil, replays=replays, dry_run=args.dry_run,
+                    argv=vars(args))
+    return Runner(report=report, replays=replays, dry_run=args.dry_run)
+
+
+def finish(runner: Runner, args, script: str) -> None:
+    json_path, plot_path = output_paths(args, script)
+    runner.report.finish(json_path, plot_path)

@@ -1,0 +1,379 @@
+"""End-to-end serving benchmarks: this plugin vs vLLM's own FP8 paths vs bf16, same GPU, same run.
+
+Every measurement is one of vLLM's own benchmark commands (``python -m vllm.entrypoints.cli.main
+bench ...``), run once per variant with identical engine arguments:
+
+* ``latency``: ``bench latency``, batch 1, input 128, output 128 (decode-bound).
+* ``throughput``: ``bench throughput``, random data: ``prefill`` (input 1024, output 1) and
+  ``mixed`` (input 512, output 256).
+* ``serve``: ``vllm serve`` on 127.0.0.1, then ``bench serve`` (random data, input 512, output
+  128) at max concurrency 1, 4, 16, 64.
+* ``--loadtest``: one variant served at high concurrency for N minutes, in rounds of ``bench
+  serve``; exits 1 unless every request succeeded and the server is alive and healthy at the end.
+
+Variants: ``blockfp8`` (FP8 checkpoint, --quantization blockfp8), ``vllm-fp8-block`` (alias
+``fp8``: the same checkpoint through vLLM's own block-FP8 path), ``vllm-fp8-dyn`` (bf16 checkpoint,
+--quantization fp8: per-tensor), ``bf16`` (alias ``none``). A bf16 directory without safetensors
+is loaded with ``--load-format dummy`` (see make_qwen3_8b.py for why the FP8 one never is).
+
+``--quick``: fewer iterations and prompts, smaller CUDA-graph set, and no torch.compile (full
+CUDA graphs for decode only, ``-cc {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}``) so each
+engine starts in ~20-30 s; numbers are indicative only. Pair it with a --layers 4 checkpoint.
+
+Writes OUT/serving.json (every run, its command and its parsed metrics; rewritten after each run, so
+a killed run keeps what finished), OUT/results.md, OUT/serving.png, OUT/logs/*.log; prints a
+summary table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VLLM = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+ALIASES = {"fp8": "vllm-fp8-block", "none": "bf16"}
+# variant -> (checkpoint, --quantization value or None)
+VARIANTS = {"blockfp8": ("fp8block", "blockfp8"), "vllm-fp8-block": ("fp8block", None),
+            "vllm-fp8-dyn": ("bf16", "fp8"), "bf16": ("bf16", None)}
+FULL = dict(lat_iters=(3, 10), prefill=(1024, 1, 512), mixed=(512, 256, 256),
+            serve_len=(512, 128), prompts_per_conc=8, max_num_seqs=128, server_wait=420)
+QUICK = dict(lat_iters=(1, 3), prefill=(1024, 1, 128), mixed=(512, 128, 64),
+             serve_len=(512, 64), prompts_per_conc=3, max_num_seqs=64, server_wait=240)
+FAST_START_CC = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
+                 "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64]}
+
+
+class Bench:
+    def __init__(self, a: argparse.Namespace):
+        self.a, self.p = a, QUICK if a.quick else FULL
+        self.t0 = time.time()
+        self.runs: list[dict] = []
+        (a.out / "logs").mkdir(parents=True, exist_ok=True)
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def left(self) -> float:
+        return self.a.budget_s - (time.time() - self.t0) if self.a.budget_s else 1e9
+
+    def engine_args(self, variant: str) -> tuple[str, list[str]]:
+        ckpt, quant = VARIANTS[variant]
+        model = str(getattr(self.a, ckpt))
+        args = ["--dtype", "bfloat16", "--max-model-len", "2048", "--seed", "0",
+                "--max-num-seqs", str(self.p["max_num_seqs"]), "--no-enable-prefix-caching",
+                "--gpu-memory-utilization", str(self.a.gpu_mem),
+                "--attention-backend", self.a.attention_backend]
+        args += ["--quantization", quant] if quant else []
+        if not any(Path(model).glob("*.safetensors")):
+            args += ["--load-format", "dummy"]
+        if self.a.quick and not self.a.compile:
+            args += ["-cc", json.dumps(FAST_START_CC)]
+        return model, args
+
+    def run(self, name: str, cmd: list[str], cap: float) -> tuple[int, float, Path]:
+        log = self.a.out / "logs" / f"{name}.log"
+        cap = min(cap, self.left())
+        if cap < 20:
+            return 125, 0.0, log
+        t = time.time()
+        with open(log, "w") as f:
+            f.write(shlex.join(cmd) + "\n\n")
+            f.flush()
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+            note_pid(proc.pid)
+            try:
+                rc = proc.wait(timeout=cap)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                rc = 124
+        return rc, time.time() - t, log
+
+    def record(self, **row) -> dict:
+        if row["rc"] != 0:
+            row["status"] = {124: "timeout", 125: "skipped (budget)"}.get(row["rc"], "failed")
+            row["error"] = tail(row.get("log"))
+        else:
+            row["status"] = "ok"
+        row["log"] = str(row.get("log", ""))
+        self.runs.append(row)
+        self.save()
+        print(f"[serving] {row['stage']:<10} {row['variant']:<15} {row.get('case', ''):<8} "
+              f"{row['status']} ({row.get('seconds', 0):.0f}s) {row.get('error', '')}", flush=True)
+        return row
+
+    def save(self) -> None:
+        meta = {"quick": self.a.quick, "params": self.p, "fp8block": str(self.a.fp8block),
+                "bf16": str(self.a.bf16), "gpu": gpu_name(), "elapsed_s": time.time() - self.t0}
+        (self.a.out / "serving.json").write_text(json.dumps({"meta": meta, "runs": self.runs},
+                                                            indent=2, default=str))
+
+    # -- stages ---------------------------------------------------------------------------------
+    def latency(self, v: str) -> None:
+        model, eargs = self.engine_args(v)
+        js = self.a.out / f"latency-{v}.json"
+        warm, iters = self.p["lat_iters"]
+        cmd = [*VLLM, "bench", "latency", "--model", model, *eargs, "--batch-size", "1",
+               "--input-len", "128", "--output-len", "128", "--num-iters-warmup", str(warm),
+               "--num-iters", str(iters), "--output-json", str(js)]
+        rc, secs, log = self.run(f"latency-{v}", cmd, self.a.stage_cap_s)
+        row = dict(stage="latency", variant=v, case="b1", rc=rc, seconds=secs, log=log, cmd=cmd)
+        if rc == 0:
+            r = json.loads(js.read_text())
+            row.update(avg_latency_s=r["avg_latency"], p50_latency_s=r["percentiles"]["50"],
+                       decode_tok_s=128 / r["avg_latency"])
+        self.record(**row)
+
+    def throughput(self, v: str) -> None:
+        model, eargs = self.engine_args(v)
+        for case in self.a.throughput_cases.split(","):
+            il, ol, n = self.p[case]
+            js = self.a.out / f"throughput-{case}-{v}.json"
+            cmd = [*VLLM, "bench", "throughput", "--model", model, *eargs,
+                   "--dataset-name", "random", "--random-input-len", str(il),
+                   "--random-output-len", str(ol), "--num-prompts", str(n),
+                   "--output-json", str(js)]
+            rc, secs, log = self.run(f"throughput-{case}-{v}", cmd, self.a.stage_cap_s)
+            row = dict(stage="throughput", variant=v, case=case, rc=rc, seconds=secs, log=log,
+                       cmd=cmd)
+            if rc == 0:
+                r = json.loads(js.read_text())
+                el = r["elapsed_time"]
+                row.update(elapsed_s=el, tok_s=r["tokens_per_second"], req_s=r["requests_per_second"],
+                           input_tok_s=n * il / el, output_tok_s=n * ol / el)
+            self.record(**row)
+
+    def start_server(self, v: str, tag: str):
+        model, eargs = self.engine_args(v)
+        port = free_port(self.a.port)
+        log = self.a.out / "logs" / f"server-{tag}-{v}.log"
+        cmd = [*VLLM, "serve", model, "--host", "127.0.0.1", "--port", str(port),
+               "--served-model-name", "m", *eargs]
+        f = open(log, "w")
+        f.write(shlex.join(cmd) + "\n\n")
+        f.flush()
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        note_pid(proc.pid)
+        t, wait = time.time(), min(self.p["server_wait"], self.left())
+        while time.time() - t < wait:
+            if proc.poll() is not None:
+                break
+            if healthy(port):
+                return proc, port, model, log, time.time() - t
+            time.sleep(2)
+        stop(proc)
+        return None, port, model, log, time.time() - t
+
+    def serve_once(self, v: str, port: int, model: str, name: str, conc: int, n: int,
+                   ratio: float, cap: float) -> tuple[dict, dict | None]:
+        il, ol = self.p["serve_len"]
+        cmd = [*VLLM, "bench", "serve", "--backend", "openai",
+               "--base-url", f"http://127.0.0.1:{port}", "--model", "m", "--tokenizer", model,
+               "--dataset-name", "random", "--random-input-len", str(il),
+               "--random-output-len", str(ol), "--random-range-ratio", str(ratio),
+               "--num-prompts", str(n), "--max-concurrency", str(conc), "--request-rate", "inf",
+               "--ignore-eos", "--num-warmups", str(min(conc, 4)), "--disable-tqdm",
+               "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+               "--save-result", "--result-dir", str(self.a.out), "--result-filename",
+               f"{name}.json"]
+        rc, secs, log = self.run(name, cmd, cap)
+        row = dict(stage="serve", variant=v, case=f"c{conc}", concurrency=conc, rc=rc,
+                   seconds=secs, log=log, cmd=cmd)
+        r = None
+        res = self.a.out / f"{name}.json"
+        if rc == 0 and res.exists():
+            r = json.loads(res.read_text())
+            # Per-request arrays (ITLs of every token) reach megabytes in a load test: keep
+            # the scalars, and the distinct errors.
+            errors = sorted({e for e in r.get("errors") or [] if e})[:20]
+            res.write_text(json.dumps({k: x for k, x in r.items() if not isinstance(x, list)}
+                                      | {"distinct_errors": errors}, indent=2))
+            r["errors"] = [e for e in r.get("errors") or [] if e]
+            row.update({k: r.get(k) for k in (
+                "completed", "failed", "request_throughput", "output_throughput",
+                "total_token_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+                "p99_tpot_ms", "median_itl_ms", "median_e2el_ms", "duration")})
+        return row, r
+
+    def serve(self, v: str) -> None:
+        proc, port, model, log, up = self.start_server(v, "sweep")
+        if proc is None:
+            self.record(stage="serve", variant=v, case="start", rc=1, seconds=up, log=log)
+            return
+        try:
+            print(f"[serving] server {v} up in {up:.0f}s on :{port}", flush=True)
+            for conc in self.a.concurrency:
+                n = max(conc * self.p["prompts_per_conc"], 8)
+                row, _ = self.serve_once(v, port, model, f"serve-{v}-c{conc}", conc, n, 0.0,
+                                         self.a.stage_cap_s)
+                self.record(server_start_s=up, **row)
+        finally:
+            stop(proc)
+
+    def loadtest(self) -> int:
+        v = ALIASES.get(self.a.loadtest_variant, self.a.loadtest_variant)
+        proc, port, model, log, up = self.start_server(v, "loadtest")
+        if proc is None:
+            self.record(stage="loadtest", variant=v, case="start", rc=1, seconds=up, log=log)
+            return 1
+        conc, deadline = self.a.loadtest_concurrency, time.time() + 60 * self.a.minutes
+        totals, errors, rounds, n = {"completed": 0, "failed": 0}, {}, 0, conc * 4
+        try:
+            while rounds == 0 or time.time() < deadline - 10:
+                rounds += 1
+                row, r = self.serve_once(v, port, model, f"loadtest-{v}-r{rounds}", conc, n, 0.5,
+                                         max(deadline - time.time() + 120, 60))
+                row.update(stage="loadtest", case=f"r{rounds}")
+                self.record(**row)
+                if r is None:
+                    totals["failed"] += n
+                    break
+                totals["completed"] += r["completed"]
+                totals["failed"] += r["failed"]
+                for e in r.get("errors") or []:
+                    if e:
+                        errors[e[:200]] = errors.get(e[:200], 0) + 1
+                per_req = max(r["duration"], 1e-3) / max(n, 1)
+                n = max(conc, int(min(60.0, deadline - time.time()) / per_req))
+            alive, health = proc.poll() is None, healthy(port)
+        finally:
+            stop(proc)
+        text = log.read_text(errors="replace")
+        verdict = totals["failed"] == 0 and totals["completed"] > 0 and alive and health
+        summary = dict(stage="loadtest-summary", variant=v, case=f"c{conc}", rc=0 if verdict else 1,
+                       seconds=time.time() - self.t0, log=log, rounds=rounds,
+                       server_alive=alive, health=health, errors=errors,
+                       server_log_tracebacks=text.count("Traceback"), **totals)
+        summary["verdict"] = (f"LOADTEST {'PASS' if verdict else 'FAIL'}: {v}, concurrency {conc}, "
+                              f"{self.a.minutes} min, {rounds} rounds, {totals['completed']} "
+                              f"completed, {totals['failed']} failed, server alive={alive} "
+                              f"healthy={health}")
+        self.record(**summary)
+        return 0 if verdict else 1
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def tail(log, n: int = 3) -> str:
+    p = Path(log) if log else None
+    if not p or not p.exists():
+        return ""
+    lines = [ln.strip() for ln in p.read_text(errors="replace").splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])[-300:]
+
+
+def note_pid(pid: int) -> None:
+    """Append a started session's pid to $BLOCKFP8_PIDFILE, so a caller that had to SIGKILL this
+    script (tools/h200_e2e.sh) can still end the vLLM server it left behind, by id."""
+    path = os.environ.get("BLOCKFP8_PIDFILE")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{pid}\n")
+
+
+def healthy(port: int) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def stop(proc) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def free_port(preferred: int) -> int:
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return s.getsockname()[1]
+            except OSError:
+                continue
+    raise RuntimeError("no free port")
+
+
+def gpu_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[2:]))
+    ap.add_argument("--fp8block", type=Path, required=True, help="block-FP8 checkpoint directory")
+    ap.add_argument("--bf16", type=Path, required=True,
+                    help="bf16 checkpoint directory (config + tokenizer only: dummy weights)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--variants", default="blockfp8,vllm-fp8-block,bf16",
+                    help=f"comma list of {list(VARIANTS)} (aliases {ALIASES})")
+    ap.add_argument("--stages", default="latency,throughput,serve")
+    ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
+                    default=[1, 4, 16, 64])
+    ap.add_argument("--throughput-cases", default="prefill,mixed")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="keep torch.compile in --quick")
+    ap.add_argument("--gpu-mem", type=float, default=0.85)
+    ap.add_argument("--attention-backend", default="TRITON_ATTN")
+    ap.add_argument("--port", type=int, default=8011)
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="stop starting runs when this much wall time is spent (0: no limit)")
+    ap.add_argument("--stage-cap-s", type=float, default=420, help="cap per benchmark command")
+    ap.add_argument("--loadtest", action="store_true", help="run the load test instead")
+    ap.add_argument("--loadtest-variant", default="blockfp8")
+    ap.add_argument("--loadtest-concurrency", type=int, default=128)
+    ap.add_argument("--minutes", type=float, default=3.0, help="load test duration")
+    a = ap.parse_args()
+    variants = [ALIASES.get(v, v) for v in a.variants.split(",") if v]
+    bad = [v for v in variants if v not in VARIANTS] + [
+        s for s in a.stages.split(",") if s not in ("latency", "throughput", "serve")] + [
+        c for c in a.throughput_cases.split(",") if c not in ("prefill", "mixed")]
+    if bad:
+        ap.error(f"unknown variant or stage: {bad}")
+    bench = Bench(a)
+    # SIGTERM (an outer `timeout`) unwinds through finally blocks: servers stop, summary prints.
+    signal.signal(signal.SIGTERM, _interrupt)
+    rc = 0
+    try:
+        if a.loadtest:
+            rc = bench.loadtest()
+        else:
+            for stage in [s for s in a.stages.split(",") if s]:
+                for v in variants:
+                    getattr(bench, stage)(v)
+    except KeyboardInterrupt:
+        print("[serving] interrupted: writing what finished", flush=True)
+        rc = 130
+    finally:
+        bench.save()
+        from report_serving import write_report
+
+        write_report(a.out, bench.runs)
+    return rc or (0 if all(r["status"] == "ok" for r in bench.runs) else 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Model-level checks of vllm_blockfp8: fidelity against bf16 and lm-eval accuracy.
+
+Run from the repository root as modules (``python -m evals.fidelity``, ``python -m
+evals.run_lm_eval``). Each variant runs in its own subprocess: vLLM engines do not always free all
+GPU memory when deleted, and one variant that fails to load must not take the others down.
+
+A *variant* is one way to run the same weights (VARIANTS below). ``bf16`` is the reference.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    checkpoint: str  # "bf16", "fp8block" or "dequant": which directory the variant loads
+    quantization: str | None  # the --quantization argument; None lets vLLM read the config
+    what: str
+
+
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("bf16", "bf16", None, "bf16 checkpoint, no quantization (the reference)"),
+        Variant("blockfp8", "fp8block", "blockfp8", "block-FP8 checkpoint through this plugin"),
+        Variant("vllm-fp8-block", "fp8block", None,
+                "block-FP8 checkpoint through vLLM's own fp8 block path"),
+        Variant("vllm-fp8-dyn", "bf16", "fp8",
+                "bf16 checkpoint, vLLM online fp8 (per-tensor weights, dynamic activations)"),
+        Variant("bf16-dequant", "dequant", None,
+                "block-FP8 weights dequantized to bf16: the weight-rounding error alone"),
+    )
+}
+
+# vLLM settings shared by every variant (the offline bundle runs TRITON_ATTN on the H200).
+ATTENTION_BACKEND = os.environ.get("BLOCKFP8_EVAL_ATTN", "TRITON_ATTN")
+
+
+def llm_kwargs(model: str, quantization: str | None, *, gpu_mem: float, eager: bool,
+               max_model_len: int, **extra) -> dict:
+    """Arguments of vllm.LLM for one variant; identical apart from model and quantization."""
+    kw = dict(model=model, quantization=quantization, dtype="bfloat16", seed=0,
+              max_model_len=max_model_len, gpu_memory_utilization=gpu_mem,
+              enforce_eager=eager, attention_config={"backend": ATTENTION_BACKEND})
+    kw.update(extra)
+    return kw
+
+
+def run_worker(args: list[str], log: Path, timeout_s: float) -> tuple[int, float]:
+    """Run ``python -m <args>`` with a wall-clock cap; (returncode, seconds). 124 on timeout."""
+    t0 = time.time()
+    env = dict(os.environ)
+    env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # FlashInfer is not in the offline bundle
+    # Accuracy runs do not need DeepGEMM's start-up JIT of every M bucket (vLLM's block-FP8 path
+    # on Hopper); kernels still compile on first use, only for the shapes these runs meet.
+    env.setdefault("VLLM_DEEP_GEMM_WARMUP", "skip")
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", *args], stdout=f,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # tools/h200_e2e.sh ends, by id, what a killed driver leaves behind.
+        if os.environ.get("BLOCKFP8_PIDFILE"):
+            with open(os.environ["BLOCKFP8_PIDFILE"], "a") as pf:
+                pf.write(f"{proc.pid}\n")
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            # The engine core is a child of the worker: end the whole session we started.
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            rc = 124
+    return rc, time.time() - t0
+
+
+def tail(path: Path, n: int = 3) -> str:
+    """Last n non-empty lines of a log, joined: the error line that ends a failed worker."""
+    if not path.exists():
+        return ""
+    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])[-400:]
+
+
+def markdown_table(rows: list[dict], cols: list[str]) -> str:
+    """rows of dicts -> a markdown table over cols (floats to 4 significant digits)."""
+
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "" if v is None else str(v)
+
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(cell(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(out)

@@ -1,0 +1,163 @@
+"""Build of the one extension ``vllm_blockfp8._C`` (PyTorch stable ABI, abi3).
+
+* Generic kernels (quantizer, GEMV) are compiled for every arch in TORCH_CUDA_ARCH_LIST
+  (default ``8.9;9.0a;12.0a``), plus PTX of the lowest arch so newer GPUs can JIT them.
+* Arch-specific kernels (``csrc/gemm/sm90*.cu``: CUTLASS wgmma) are compiled only for their arch,
+  by this file, with at most BLOCKFP8_ARCH_JOBS (default 2) nvcc processes at once: each CUTLASS
+  translation unit takes ~2.5 min and 4-5 GB on 2 cores.
+* Without nvcc the package installs as pure Python (the reference backend serves every op).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from setuptools import setup
+
+ROOT = Path(__file__).parent.resolve()
+CSRC = Path("vllm_blockfp8") / "csrc"
+DEFAULT_ARCHS = "8.9;9.0a;12.0a"
+# Arch-specific translation units: compiled only when their arch is in the list.
+ARCH_SOURCES = {"9.0a": "gemm/sm90*.cu"}
+ARCH_DEFINES = {"9.0a": "BLOCKFP8_HAS_SM90_GEMM"}
+# TORCH_TARGET_VERSION 2.11: use only stable-ABI calls that torch 2.11 provides, so this build
+# loads on every later torch too.
+STABLE_ABI_FLAGS = ["-DTORCH_TARGET_VERSION=0x020b000000000000", "-DUSE_CUDA"]
+
+
+def _say(msg: str) -> None:
+    print(f"vllm_blockfp8: {msg}", file=sys.stderr)
+
+
+def _cuda_home():
+    # torch derives CUDA_HOME from the nvcc on PATH; where that is a wrapper script outside the
+    # toolkit (/usr/local/bin/nvcc), point it at the toolkit so its headers are found.
+    if "CUDA_HOME" not in os.environ and "CUDA_PATH" not in os.environ:
+        nvcc = shutil.which("nvcc")
+        for cand in ([Path(nvcc).resolve().parent.parent] if nvcc else []) + [Path("/usr/local/cuda")]:
+            if (cand / "bin" / "nvcc").exists() and (cand / "include" / "cuda_runtime_api.h").exists():
+                os.environ["CUDA_HOME"] = str(cand)
+                break
+    try:
+        from torch.utils.cpp_extension import CUDA_HOME
+    except ImportError:
+        return None
+    if CUDA_HOME and Path(CUDA_HOME, "bin", "nvcc").exists():
+        return CUDA_HOME
+    return None
+
+
+def _gencode(arch: str, ptx: bool = False) -> list[str]:
+    num = arch.replace(".", "")
+    flags = [f"-gencode=arch=compute_{num},code=sm_{num}"]
+    if ptx:
+        flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
+    return flags
+
+
+def _cutlass_include() -> str:
+    import importlib.util
+
+    # Found without importing the package (its Python side pulls in cuda-python and more).
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the build needs nvidia-cutlass==4.2.0.0 (CUTLASS C++ headers): pip install it first")
+    inc = Path(list(spec.submodule_search_locations)[0]) / "source" / "include"
+    if not inc.is_dir():
+        raise RuntimeError(f"nvidia-cutlass is installed but {inc} is missing")
+    return str(inc)
+
+
+def _ext_modules():
+    if os.environ.get("BLOCKFP8_NO_CUDA", "0") == "1":
+        _say("BLOCKFP8_NO_CUDA=1: installing pure Python (reference backend only)")
+        return [], {}
+    cuda_home = _cuda_home()
+    if cuda_home is None:
+        _say("nvcc not found: installing pure Python (reference backend only)")
+        return [], {}
+    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+    archs = [a.strip() for a in os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS).replace(" ", ";").split(";")
+             if a.strip()]
+    arch_units = {a: sorted(glob.glob(str(CSRC / pattern))) for a, pattern in ARCH_SOURCES.items() if a in archs}
+    defines = [f"-D{ARCH_DEFINES[a]}" for a, units in arch_units.items() if units]
+    generic = [str(CSRC / "quant" / "quant.cu")] + sorted(glob.glob(str(CSRC / "gemv" / "*.cu")))
+    host = [str(CSRC / "ops.cpp"), str(CSRC / "linear" / "linear.cpp")]
+    nvcc_common = ["-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
+    generic_gencode = []
+    for i, arch in enumerate(sorted(archs, key=lambda a: float(a.rstrip("a")))):
+        generic_gencode += _gencode(arch, ptx=(i == 0))
+
+    class Build(BuildExtension):
+        """Compiles the arch-specific units first (bounded parallelism), then the extension."""
+
+        def build_extensions(self):
+            os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
+            objects = self._compile_arch_units(Path(self.build_temp) / "arch_units")
+            generated = Path(self.build_temp) / "generated"
+            generated.mkdir(parents=True, exist_ok=True)
+            # A header, not a -D flag: the arch list holds ';', which the build shell would split on.
+            (generated / "blockfp8_build.h").write_text(f'#define BLOCKFP8_ARCHS "{";".join(archs)}"\n')
+            for ext in self.extensions:
+                ext.extra_objects = list(ext.extra_objects or []) + objects
+                ext.include_dirs.append(str(generated.resolve()))
+            super().build_extensions()
+
+        def _compile_arch_units(self, out_dir: Path) -> list[str]:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            nvcc = str(Path(cuda_home) / "bin" / "nvcc")
+            headers = [Path(p) for p in glob.glob(str(ROOT / CSRC / "**" / "*.h"), recursive=True)]
+            newest_header = max((h.stat().st_mtime for h in headers), default=0.0)
+            jobs = []
+            for arch, units in arch_units.items():
+                for src in units:
+                    obj = out_dir / (Path(src).stem + f".sm{arch.replace('.', '')}.o")
+                    cmd = [nvcc, "-c", str(ROOT / src), "-o", str(obj), *nvcc_common, *_gencode(arch),
+                           "-Xcompiler", "-fPIC", "-I", _cutlass_include(), "-I", str(ROOT / CSRC),
+                           "-Xptxas", "-v", *defines]
+                    fresh = obj.exists() and obj.stat().st_mtime > max(Path(src).stat().st_mtime, newest_header)
+                    jobs.append((src, obj, cmd, fresh))
+            todo = [j for j in jobs if not j[3]]
+            parallel = max(1, int(os.environ.get("BLOCKFP8_ARCH_JOBS", "2")))
+            if todo:
+                _say(f"compiling {len(todo)} arch-specific unit(s), {parallel} at a time")
+
+            def run(job):
+                src, obj, cmd, _ = job
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                log = obj.with_suffix(".log")
+                log.write_text(proc.stdout + proc.stderr)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"nvcc failed on {src}:\n{proc.stderr[-6000:]}")
+                _say(f"built {src} ({log} has the ptxas report)")
+
+            with ThreadPoolExecutor(parallel) as pool:
+                list(pool.map(run, todo))
+            return [str(j[1]) for j in jobs]
+
+    ext = CUDAExtension(
+        name="vllm_blockfp8._C",
+        sources=host + generic,
+        include_dirs=[str(ROOT / CSRC)],
+        extra_compile_args={
+            "cxx": ["-O3", "-std=c++17", *STABLE_ABI_FLAGS, *defines],
+            "nvcc": [*nvcc_common, *generic_gencode, *defines],
+        },
+        py_limited_api=True,
+    )
+    return [ext], {"build_ext": Build}
+
+
+ext_modules, cmdclass = _ext_modules()
+setup(
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
+    options={"bdist_wheel": {"py_limited_api": "cp310"}} if ext_modules else {},
+)

@@ -1,0 +1,63 @@
+"""Shared fixtures: one single-process vLLM distributed environment, CPU layer construction, and
+simulated tensor-parallel ranks (vLLM reads the rank and size through two module globals)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+import pytest
+import torch
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def vllm_dist():
+    """Register the plugin and start a world of one rank (gloo); layers are built on CPU."""
+    import vllm_blockfp8
+    from vllm.distributed import (destroy_distributed_environment, destroy_model_parallel,
+                                  init_distributed_environment, initialize_model_parallel)
+
+    vllm_blockfp8.register()
+    with cpu_layers():  # initialize_model_parallel reads the current vLLM config
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                     distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+        initialize_model_parallel(1, 1)
+    yield
+    destroy_model_parallel()
+    destroy_distributed_environment()
+
+
+@contextlib.contextmanager
+def simulate_tp(rank: int, size: int):
+    """Build layers as rank ``rank`` of ``size``: vLLM's linear layers and parameters both import
+    the two getters by name (grep get_tensor_model_parallel in linear.py / parameter.py), so both
+    modules are patched; the layer then stamps its rank on every parameter."""
+    import vllm.model_executor.layers.linear as vllm_linear
+    import vllm.model_executor.parameter as vllm_parameter
+
+    with pytest.MonkeyPatch.context() as mp:
+        for mod in (vllm_linear, vllm_parameter):
+            mp.setattr(mod, "get_tensor_model_parallel_rank", lambda: rank)
+            mp.setattr(mod, "get_tensor_model_parallel_world_size", lambda: size)
+        yield
+
+
+@contextlib.contextmanager
+def cpu_layers():
+    """The vLLM config context that layer constructors read (device CPU)."""
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+
+    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device="cpu"))):
+        yield
+
+
+@pytest.fixture
+def seeded():
+    torch.manual_seed(0)
+    return torch.Generator().manual_seed(0)

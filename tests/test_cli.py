@@ -1,0 +1,158 @@
+"""The ``blockfp8`` console script (vllm_blockfp8/cli.py): help, info, quantize, bench, demo. CPU only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import vllm_blockfp8
+from vllm_blockfp8 import cli
+
+SUBCOMMANDS = ("quantize", "info", "bench", "demo")
+
+
+@pytest.mark.parametrize("argv", [[], *([c] for c in SUBCOMMANDS)])
+def test_help(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main([*argv, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: blockfp8 {' '.join(argv)}".rstrip())
+    if not argv:
+        assert all(c in out for c in SUBCOMMANDS)
+
+
+def test_module_entry_point():
+    res = subprocess.run([sys.executable, "-m", "vllm_blockfp8", "quantize", "--help"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0 and "--format {fp8-block,nvfp4}" in res.stdout
+
+
+def test_usage_errors(capsys):
+    for argv in ([], ["quantize", "only-src"], ["info", "--bogus"], ["quantize", "a", "b", "--format", "int4"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 2
+    assert "usage: blockfp8" in capsys.readouterr().err
+
+
+def test_formats_match_the_tool():
+    from vllm_blockfp8.tools.quantize import FORMATS
+
+    assert cli.QUANT_FORMATS == FORMATS
+
+
+def test_info_text(capsys):
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "vllm_blockfp8" in out and "torch" in out and "tile table gemv" in out
+    if torch.cuda.is_available():
+        assert "compute capability" in out
+    else:
+        assert "no CUDA GPU" in out
+
+
+def test_info_json(capsys):
+    assert cli.main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert {"vllm_blockfp8", "vllm", "torch", "torch_cuda", "gpu", "extension", "tile_tables"} <= set(info)
+    assert set(info["tile_tables"]) == {"linear", "gemv", "gemm"}
+    if not torch.cuda.is_available():
+        assert info["gpu"] is None and all(v == [] for v in info["tile_tables"].values())
+
+
+def test_info_survives_broken_ops(monkeypatch, capsys):
+    broken = types.ModuleType("vllm_blockfp8.ops")
+
+    def boom(*args):
+        raise RuntimeError("extension exploded")
+
+    broken.build_info = broken.tile_table = boom
+    monkeypatch.setitem(sys.modules, "vllm_blockfp8.ops", broken)
+    monkeypatch.setattr(vllm_blockfp8, "ops", broken, raising=False)
+    assert cli.main(["info"]) == 0
+    assert "extension exploded" in capsys.readouterr().out
+
+
+def _tiny_checkpoint(path):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (path / "tokenizer_config.json").write_text("{}")
+    gen = torch.Generator().manual_seed(0)
+    save_file({"model.layers.0.mlp.down_proj.weight": torch.randn(128, 256, generator=gen).to(torch.bfloat16),
+               "model.embed_tokens.weight": torch.randn(64, 128, generator=gen).to(torch.bfloat16)},
+              str(path / "model.safetensors"))
+    return path
+
+
+def test_quantize_command(tmp_path, capsys):
+    src, dst = _tiny_checkpoint(tmp_path / "src"), tmp_path / "dst"
+    assert cli.main(["quantize", str(src), str(dst), "--no-progress", "--ignore", "model.embed_tokens"]) == 0
+    out = capsys.readouterr().out
+    assert "worst rms_rel" in out and "1 weights quantized to fp8-block" in out
+    assert (dst / "quantization_report.json").is_file() and (dst / "tokenizer_config.json").is_file()
+    # Refusals are one line on stderr, exit status 2, and write nothing.
+    assert cli.main(["quantize", str(src), str(dst), "--no-progress"]) == 2
+    assert "error: DST" in capsys.readouterr().err
+    assert cli.main(["quantize", str(tmp_path / "missing"), str(tmp_path / "d2"), "--format", "nvfp4"]) == 2
+    assert "not a directory" in capsys.readouterr().err and not (tmp_path / "d2").exists()
+
+
+def test_bench_without_benchmarks_dir(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(cli, "benchmarks_dir", lambda: tmp_path / "absent")
+    assert cli.main(["bench", "--op", "gemv"]) == 2
+    assert "source checkout" in capsys.readouterr().err
+
+
+def _fake_benchmarks(tmp_path):
+    root = tmp_path / "benchmarks"
+    root.mkdir()
+    (root / "_harness.py").write_text("CALLS = []\n")
+    for op in ("gemv", "gemm"):
+        (root / f"bench_{op}.py").write_text(
+            "import json, sys, _harness\n"
+            f"def main(argv):\n    _harness.CALLS.append(('{op}', argv))\n"
+            f"    open({str(root / 'calls.jsonl')!r}, 'a').write(json.dumps(['{op}', argv]) + '\\n')\n"
+            "    return 0\n")
+    return root
+
+
+def test_bench_without_gpu(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(cli, "benchmarks_dir", lambda: _fake_benchmarks(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["bench"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_bench_runs_scripts_with_arguments(monkeypatch, tmp_path):
+    root = _fake_benchmarks(tmp_path)
+    monkeypatch.setattr(cli, "benchmarks_dir", lambda: root)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cli.main(["bench", "--op", "gemm", "--shapes", "qwen3-8b.o", "--m", "1", "16", "--json", "r.json",
+                     "--quick", "--", "--graphs", "0"]) == 0
+    assert cli.main(["bench", "--json", "out/r.json", "--plot", "p.png"]) == 0
+    calls = [json.loads(line) for line in (root / "calls.jsonl").read_text().splitlines()]
+    assert calls == [
+        ["gemm", ["--shapes", "qwen3-8b.o", "--m", "1", "16", "--json", "r.json", "--quick", "--graphs", "0"]],
+        ["gemv", ["--json", "out/r.gemv.json", "--plot", "p.gemv.png"]],
+        ["gemm", ["--json", "out/r.gemm.json", "--plot", "p.gemm.png"]],
+    ]
+    assert cli.main(["bench", "--op", "quant"]) == 2  # its script is absent here
+
+
+def test_demo_passes_arguments_through(monkeypatch, tmp_path):
+    seen = []
+    fake = types.ModuleType("vllm_blockfp8.demo")
+    fake.main = lambda args: seen.append(args) or 0
+    monkeypatch.setitem(sys.modules, "vllm_blockfp8.demo", fake)
+    monkeypatch.setattr(vllm_blockfp8, "demo", fake, raising=False)
+    assert cli.main(["demo", "--model-dir", str(tmp_path), "--keep", "--max-tokens", "7"]) == 0
+    assert cli.main(["demo"]) == 0
+    assert (seen[0].model_dir, seen[0].keep, seen[0].max_tokens) == (tmp_path, True, 7)
+    assert (seen[1].model_dir, seen[1].keep) == (None, False)

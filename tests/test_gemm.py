@@ -1,0 +1,193 @@
+"""The SM90 W8A8 block-scaled FP8 GEMM (csrc/gemm/sm90.cu) against the float64 reference.
+
+Numerics. The kernel accumulates each 128-deep K block in fp32 on the tensor cores, promotes it
+into an fp32 accumulator with the two fp32 scales, and rounds once to the output dtype. The
+reference is the exact product of the dequantized operands in float64 (``reference.gemm_ref``), so
+``reference.assert_close_to_ref`` applies: elementwise error <= u * |ref| + u / 16 * max|ref| with u
+the output's unit roundoff, and norm-wise relative error <= u. A wrong scale index (a ragged N tile,
+a token past a 4-row boundary) or a lost K block is far outside that band; the long-K test with
+all-positive operands makes a lost per-block promotion grow linearly instead of averaging out.
+
+Outputs are poisoned: before every kernel call the CUDA caching allocator is filled with NaN
+(0xFF bytes) and released, so the op's freshly allocated output starts as NaN and any element the
+kernel does not write fails the check.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vllm_blockfp8 import ops, reference, shapes
+
+_RUNNABLE = (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+             and ops.HAS_CUDA_KERNELS)
+pytestmark = pytest.mark.skipif(
+    not _RUNNABLE,
+    reason="needs an SM90 (Hopper) GPU and the compiled extension (vllm_blockfp8._C with the sm90 GEMM)",
+)
+
+ROWS = [r["name"] for r in ops.tile_table("gemm")] if _RUNNABLE else []
+M_SET = (1, 3, 4, 7, 64, 83, 128, 1000, 4096)
+OUT_DTYPES = (torch.bfloat16, torch.float16)
+# Every small/ragged shape with N % 8 == 0 (the GEMM's TMA store needs 16-byte output rows).
+SMALL = tuple(s for s in shapes.SMALL if s.n % 8 == 0)
+MODEL = (shapes.by_name("qwen3-8b.qkv"), shapes.by_name("dsv3.2112x7168"))
+
+
+def _poison_allocator() -> None:
+    """Fill the caching allocator's free memory with NaN bytes, then hand it back to the cache."""
+    blocks = [torch.empty(256 << 20, dtype=torch.uint8, device="cuda")]
+    # Allocations up to 1 MiB come from a separate small-block pool: poison that one too.
+    blocks += [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(16)]
+    for b in blocks:
+        b.fill_(0xFF)
+    del blocks
+
+
+def _operands(m: int, n: int, k: int, *, seed: int, positive: bool = False):
+    """Quantized activations (CUDA quantizer, M-major scales) and a block-quantized weight.
+
+    Magnitudes vary per token, per 128-wide K group and per 128x128 weight block, so that every
+    scale differs and a mis-indexed scale changes the result.
+    """
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", generator=g)
+    x = x * torch.exp(torch.randn(m, k // 128, device="cuda", generator=g)).repeat_interleave(128, 1)
+    w = torch.randn(n, k, device="cuda", generator=g) * 0.05
+    nb = -(-n // 128)
+    w = w * torch.exp(torch.randn(nb, k // 128, device="cuda", generator=g)).repeat_interleave(
+        128, 0)[:n].repeat_interleave(128, 1)
+    if positive:
+        x, w = x.abs(), w.abs()
+    a, a_scale = ops.per_token_group_quant(x.to(torch.bfloat16))
+    b, b_scale = reference.quantize_block_fp8(w)
+    return a, a_scale, b, b_scale
+
+
+def _check(m, n, k, out_dtype, row, *, seed=0, positive=False):
+    a, a_scale, b, b_scale = _operands(m, n, k, seed=seed, positive=positive)
+    _poison_allocator()
+    out = ops.blockfp8_gemm(a, a_scale, b, b_scale, out_dtype, row=row)
+    assert out.dtype == out_dtype and out.shape == (m, n)
+    ref = reference.gemm_ref(a, a_scale, b, b_scale)
+    reference.assert_close_to_ref(out, ref, f"row={row} M={m} N={n} K={k} {out_dtype}")
+
+
+def test_table_shape():
+    """Names unique, bounds increasing, last row unbounded, every row has a reason."""
+    rows = ops.tile_table("gemm")
+    assert rows, "the SM90 GEMM tile table is empty"
+    names = [r["name"] for r in rows]
+    assert len(set(names)) == len(names)
+    assert all(n.startswith("sm90_") and r["reason"] for n, r in zip(names, rows))
+    bounds = [r["max_m"] for r in rows]
+    assert bounds[-1] is None, "the last row must be unbounded"
+    assert all(isinstance(b, int) for b in bounds[:-1]) and bounds[:-1] == sorted(set(bounds[:-1]))
+
+
+@pytest.mark.parametrize("m", [1, 32, 33, 64, 65, 2048, 2049, 8192])
+def test_selection_follows_table(m):
+    """With no row forced, the op picks the first row whose max_m covers M."""
+    rows = ops.tile_table("gemm")
+    want = next(r["name"] for r in rows if r["max_m"] is None or r["max_m"] >= m)
+    assert ops.selected_row("gemm", m, 4096, 4096) == want
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SMALL, ids=lambda s: s.name)
+@pytest.mark.parametrize("m", M_SET)
+@pytest.mark.parametrize("row", ROWS)
+def test_every_row_small_and_ragged(row, m, shape, out_dtype):
+    _check(m, shape.n, shape.k, out_dtype, row)
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", MODEL, ids=lambda s: s.name)
+@pytest.mark.parametrize("m", (1, 83, 1000, 4096))
+@pytest.mark.parametrize("row", ROWS)
+def test_every_row_model_shapes(row, m, shape, out_dtype):
+    _check(m, shape.n, shape.k, out_dtype, row, seed=1)
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("m", M_SET)
+def test_selected_row(m, out_dtype):
+    """row=None: whatever the table picks is correct across the M buckets."""
+    _check(m, 2112, 2048, out_dtype, None, seed=2)
+
+
+@pytest.mark.parametrize("m", (7, 128))
+@pytest.mark.parametrize("row", ROWS)
+def test_long_k_all_positive(row, m):
+    """K = 16384 with all-positive operands: 128 promotions must all land."""
+    _check(m, 256, 16384, torch.bfloat16, row, seed=3, positive=True)
+
+
+@pytest.mark.parametrize("m", (5, 300))
+@pytest.mark.parametrize("row", ROWS)
+def test_cuda_graph_replay(row, m):
+    """Captured once, replayed on new inputs written in place (stream-K workspace included)."""
+    n, k = 576, 1024
+    a, a_scale, b, b_scale = _operands(m, n, k, seed=4)
+    a2, a_scale2, _, _ = _operands(m, n, k, seed=5)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
+    a0, a_scale0 = a.clone(), a_scale.clone()
+    for src_a, src_s in ((a2, a_scale2), (a0, a_scale0)):
+        ref = reference.gemm_ref(src_a, src_s, b, b_scale)
+        a.copy_(src_a)
+        a_scale.copy_(src_s)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        reference.assert_close_to_ref(out, ref, f"graph replay row={row} M={m}")
+
+
+def _valid(m=16, n=256, k=512):
+    return _operands(m, n, k, seed=6)
+
+
+@pytest.mark.parametrize("case", [
+    "a_dtype", "a_rank", "out_dtype", "k_not_128", "b_dtype", "b_shape", "b_noncontig",
+    "b_scale_shape", "a_scale_shape", "a_scale_dtype", "device", "n_not_8",
+])
+def test_bad_inputs_raise_value_error(case):
+    a, a_scale, b, b_scale = _valid()
+    out_dtype = torch.bfloat16
+    if case == "a_dtype":
+        a = a.to(torch.bfloat16)
+    elif case == "a_rank":
+        a = a.unsqueeze(0)
+    elif case == "out_dtype":
+        out_dtype = torch.float32
+    elif case == "k_not_128":
+        bad = shapes.UNSUPPORTED_K
+        x = torch.randn(16, bad.k, device="cuda", dtype=torch.bfloat16)
+        a = x.to(reference.FP8_DTYPE)
+        a_scale = torch.ones(16, -(-bad.k // 128), device="cuda")
+        b, b_scale = reference.quantize_block_fp8(torch.randn(bad.n, bad.k, device="cuda"))
+    elif case == "b_dtype":
+        b = b.to(torch.bfloat16)
+    elif case == "b_shape":
+        b = b[:, :256].contiguous()
+    elif case == "b_noncontig":
+        b = b.t().contiguous().t()
+    elif case == "b_scale_shape":
+        b_scale = b_scale[:, :-1].contiguous()
+    elif case == "a_scale_shape":
+        a_scale = a_scale[:-1]
+    elif case == "a_scale_dtype":
+        a_scale = a_scale.double()
+    elif case == "device":
+        b, b_scale = b.cpu(), b_scale.cpu()
+    elif case == "n_not_8":
+        b, b_scale = reference.quantize_block_fp8(torch.randn(252, 512, device="cuda"))
+    with pytest.raises(ValueError):
+        ops.blockfp8_gemm(a, a_scale, b, b_scale, out_dtype)

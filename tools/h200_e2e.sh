@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# End-to-end stages on the H200: run the selected ones, each under its own time cap, logs and
+# JSON into $OUT/e2e/, a summary table last. Call it from the repository root, after the vLLM
+# bundle is unpacked (. /tmp/vk_tools/env.sh) and this package is built and installed (its
+# vllm.general_plugins entry point must be visible to vLLM's subprocesses).
+#
+#   tools/h200_e2e.sh STAGE [STAGE...]
+#
+# Stages (cap in seconds; override with CAP_<stage>=N):
+#   prep           -    only make the models the other stages need (each step capped at 300 s)
+#   demo           300  python -m vllm_blockfp8 demo
+#   serve_smoke    300  vk_tools/serve_smoke.py on a 4-layer Qwen3-8B-shaped block-FP8 checkpoint
+#   fidelity       420  evals.fidelity on SmolLM2-135M (needs the SmolLM2 archive unpacked)
+#   fidelity_q3    420  evals.fidelity on the 4-layer Qwen3-8B-shaped random model
+#   lm_eval        420  evals.run_lm_eval on SmolLM2-135M (needs lm-eval: .whl/lmeval/*.whl)
+#   latency        480  benchmarks/serving/run_serving.py --stages latency
+#   throughput     480  ... --stages throughput
+#   serve_sweep    480  ... --stages serve (concurrency 1, 4, 16, 64)
+#   serving_quick  420  all three serving stages, --quick, on the 4-layer model
+#   loadtest       LOADTEST_MIN*60+240  run_serving.py --loadtest (exit 1 on any failed request)
+#
+# Environment: LAYERS (36; the serving model's depth), QUICK=1 (latency/throughput/serve_sweep/
+# loadtest with --quick on the 4-layer model), VARIANTS (run_serving's, default
+# blockfp8,vllm-fp8-block,bf16; split a stage across calls with it), THROUGHPUT_CASES
+# (prefill,mixed), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
+# Models are made once and kept in /tmp while the machine stays warm: /tmp/q3-<L>L (make_qwen3_8b),
+# /tmp/smollm2 (gguf_to_hf.py) and /tmp/smollm2-fp8 (python -m vllm_blockfp8 quantize).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${OUT:?set OUT to the output directory}"
+[ "$#" -gt 0 ] || { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 2; }
+[ -n "${VLLM_USE_FLASHINFER_SAMPLER:-}" ] || . /tmp/vk_tools/env.sh
+PY=${PYTHON:-python3}
+E2E=$OUT/e2e
+mkdir -p "$E2E"
+SUMMARY=$E2E/summary.tsv
+: > "$SUMMARY"
+export BLOCKFP8_PIDFILE=$E2E/.pids
+: > "$BLOCKFP8_PIDFILE"
+QUICK=${QUICK:-0}
+LAYERS=${LAYERS:-36}
+[ "$QUICK" = 1 ] && LAYERS=4
+Q3=/tmp/q3-${LAYERS}L
+Q3S=/tmp/q3-4L
+SMOL=/tmp/smollm2
+SMOL_FP8=/tmp/smollm2-fp8
+GGUF=/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf
+VARIANTS=${VARIANTS:-blockfp8,vllm-fp8-block,bf16}
+LOADTEST_MIN=${LOADTEST_MIN:-3}
+T0=$(date +%s)
+
+# End what a killed stage left behind: the sessions our Python drivers started, by id.
+reap() {
+  local pid live=0
+  while read -r pid; do
+    [ -n "$pid" ] && [ -d "/proc/$pid" ] && kill -TERM -- "-$pid" 2>/dev/null && live=1
+  done < "$BLOCKFP8_PIDFILE"
+  [ "$live" = 1 ] && sleep 5
+  while read -r pid; do
+    [ -n "$pid" ] && [ -d "/proc/$pid" ] && kill -KILL -- "-$pid" 2>/dev/null
+  done < "$BLOCKFP8_PIDFILE"
+  : > "$BLOCKFP8_PIDFILE"
+}
+trap 'reap' EXIT
+
+# step NAME CAP CMD...: run CMD under `timeout`, log to $E2E/NAME.log, add a summary row.
+step() {
+  local name=$1 cap=$2 t rc note
+  shift 2
+  t=$(date +%s)
+  echo "=== $name (cap ${cap}s): $*" | tee -a "$E2E/e2e.log"
+  timeout -k 45 -s TERM "$cap" "$@" > "$E2E/$name.log" 2>&1
+  rc=$?
+  reap
+  case $rc in
+    0) note=ok ;;
+    124|137) note="TIMEOUT after ${cap}s" ;;
+    *) note="FAILED: $(grep -v '^\s*$' "$E2E/$name.log" | tail -n 1 | cut -c1-110)" ;;
+  esac
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - t ))" "$note" >> "$SUMMARY"
+  echo "    -> rc=$rc $(( $(date +%s) - t ))s $note; GPU memory used: $(nvidia-smi \
+    --query-gpu=memory.used --format=csv,noheader 2>/dev/null)" | tee -a "$E2E/e2e.log"
+  return $rc
+}
+
+cap() { local v="CAP_$1"; echo "${!v:-$2}"; }
+
+need_q3() {  # need_q3 DIR LAYERS: a Qwen3-8B-shaped block-FP8 checkpoint (bf16 weights if <= 8 layers)
+  [ -f "$1/manifest.json" ] && return 0
+  local extra=()
+  [ "$2" -le 8 ] && extra=(--bf16-weights)
+  step "prep_$(basename "$1")" 300 "$PY" benchmarks/serving/make_qwen3_8b.py "$1" --layers "$2" "${extra[@]}"
+}
+
+need_smol() {
+  if [ ! -f "$SMOL/config.json" ]; then
+    [ -f "$GGUF" ] || { echo "no $SMOL and no $GGUF: unpack the SmolLM2 archive first" | tee -a "$E2E/e2e.log"; return 1; }
+    step prep_smollm2 300 "$PY" /tmp/vk_tools/gguf_to_hf.py "$GGUF" "$SMOL" || return 1
+  fi
+  [ -f "$SMOL_FP8/config.json" ] && return 0
+  step prep_smollm2_fp8 300 "$PY" -m vllm_blockfp8 quantize "$SMOL" "$SMOL_FP8" --format fp8-block --no-progress
+}
+
+need_lmeval() {
+  "$PY" -c 'import lm_eval' 2>/dev/null && return 0
+  ls .whl/lmeval/*.whl > /dev/null 2>&1 || { echo "lm-eval missing and no .whl/lmeval/*.whl" | tee -a "$E2E/e2e.log"; return 1; }
+  "$PY" -m pip install -q --no-deps --no-index --target /tmp/lmeval_site .whl/lmeval/*.whl > "$E2E/prep_lmeval.log" 2>&1
+  export PYTHONPATH=/tmp/lmeval_site:$PYTHONPATH
+  "$PY" -c 'import lm_eval, datasets; print("lm_eval", lm_eval.__version__, "datasets", datasets.__version__)' >> "$E2E/prep_lmeval.log" 2>&1
+}
+
+serving() {  # serving NAME CAP MODEL_DIR run_serving-args...
+  local name=$1 c=$2 dir=$3
+  shift 3
+  step "$name" "$c" "$PY" benchmarks/serving/run_serving.py --fp8block "$dir/fp8block" --bf16 "$dir/bf16" \
+    --out "$E2E/$name" --budget-s $(( c - 50 )) "$@"
+}
+
+{
+  echo "# $(date -u +%FT%TZ) stages: $*"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  "$PY" -c 'import torch, vllm; print("torch", torch.__version__, "vllm", vllm.__version__)'
+  "$PY" -c 'import importlib.metadata as m; print("vllm plugins:", [e.name for e in m.entry_points(group="vllm.general_plugins")])'
+} > "$E2E/env.txt" 2>&1
+cat "$E2E/env.txt"
+QFLAG=()
+[ "$QUICK" = 1 ] && QFLAG=(--quick)
+
+for stage in "$@"; do
+  case $stage in
+    prep)
+      need_q3 "$Q3" "$LAYERS"; need_q3 "$Q3S" 4; need_smol ;;
+    demo) step demo "$(cap demo 300)" "$PY" -m vllm_blockfp8 demo ;;
+    serve_smoke)
+      need_q3 "$Q3S" 4 && step serve_smoke "$(cap serve_smoke 300)" "$PY" /tmp/vk_tools/serve_smoke.py \
+        "$Q3S/fp8block" --attention-backend TRITON_ATTN --quantization blockfp8 ;;
+    fidelity)
+      need_smol && step fidelity "$(cap fidelity 420)" "$PY" -m evals.fidelity --bf16 "$SMOL" \
+        --fp8block "$SMOL_FP8" --out "$E2E/fidelity-smollm2" --timeout-s 150 ;;
+    fidelity_q3)
+      need_q3 "$Q3S" 4 && step fidelity_q3 "$(cap fidelity_q3 420)" "$PY" -m evals.fidelity \
+        --bf16 "$Q3S/bf16" --fp8block "$Q3S/fp8block" --out "$E2E/fidelity-q3" --timeout-s 200 ;;
+    lm_eval)
+      # SmolLM2 when its archive is there; else the random 4-layer model, where accuracy is chance
+      # but agreement with bf16 (agree, dll) still measures the numerics.
+      if need_lmeval; then
+        if need_smol; then M=("$SMOL" "$SMOL_FP8"); else need_q3 "$Q3S" 4; M=("$Q3S/bf16" "$Q3S/fp8block"); fi
+        step lm_eval "$(cap lm_eval 420)" "$PY" -m evals.run_lm_eval --bf16 "${M[0]}" \
+          --fp8block "${M[1]}" --out "$E2E/lm_eval" --timeout-s 150
+      fi ;;
+    latency|throughput)
+      need_q3 "$Q3" "$LAYERS" && serving "$stage" "$(cap "$stage" 480)" "$Q3" --stages "$stage" \
+        --variants "$VARIANTS" --throughput-cases "${THROUGHPUT_CASES:-prefill,mixed}" "${QFLAG[@]}" ;;
+    serve_sweep)
+      need_q3 "$Q3" "$LAYERS" && serving serve_sweep "$(cap serve_sweep 480)" "$Q3" --stages serve \
+        --variants "$VARIANTS" "${QFLAG[@]}" ;;
+    serving_quick)
+      need_q3 "$Q3S" 4 && serving serving_quick "$(cap serving_quick 420)" "$Q3S" \
+        --stages latency,throughput,serve --variants "$VARIANTS" --quick ;;
+    loadtest)
+      need_q3 "$Q3" "$LAYERS" && serving loadtest "$(cap loadtest $(( LOADTEST_MIN * 60 + 240 )))" "$Q3" \
+        --loadtest --minutes "$LOADTEST_MIN" --loadtest-concurrency "${LOADTEST_CONC:-128}" "${QFLAG[@]}" ;;
+    *) echo "unknown stage: $stage" | tee -a "$E2E/e2e.log"; printf '%s\t2\t0\tunknown stage\n' "$stage" >> "$SUMMARY" ;;
+  esac
+done
+
+# Each stage's own result tables, then the summary of stages (last, short).
+for f in "$E2E"/*/results.md; do
+  [ -f "$f" ] && { echo; echo "### ${f#"$E2E"/}"; cat "$f"; }
+done
+echo
+echo "E2E SUMMARY ($(( $(date +%s) - T0 ))s total; logs and JSON in $E2E)"
+{ printf 'stage\trc\tseconds\tnote\n'; cat "$SUMMARY"; } | column -t -s $'\t'
+awk -F'\t' '$2 != 0 { bad = 1 } END { exit bad }' "$SUMMARY"

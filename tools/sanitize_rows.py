@@ -1,0 +1,82 @@
+"""One small forced call per tile row, for compute-sanitizer on the GPU machine.
+
+    compute-sanitizer --tool memcheck  python tools/sanitize_rows.py
+    compute-sanitizer --tool racecheck python tools/sanitize_rows.py
+
+Covers every row of tile_table("gemv") and, where this GPU has one, tile_table("gemm"). Shapes
+are ragged on purpose (N not a multiple of 16 or 128, K with a partial last 128-block, M not a
+multiple of a row's token tile) so the edge guards run. A GEMV tensor-core row chooses among
+entry points inside its launcher (8- or 16-warp K split, residency-pinned), so it runs once per
+entry point. Each output is checked against the reference too, so a silent wrong answer fails.
+Prints one line per row; exits non-zero if any call failed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from vllm_blockfp8 import ops, reference
+
+
+def _gemv_cases(row: dict, sm_count: int):
+    m = row["max_m"] if row["max_m"] is not None else 19
+    cases = [(m, 4104, 320), (m, 4104, 208), (m, 8200, 192)]
+    pinned_n = 16 * (2 * sm_count + 1) + 5
+    if pinned_n < 8192:
+        cases.append((min(m, 8), pinned_n, 256))
+    return cases
+
+
+def _gemm_cases(row: dict):
+    m = row["max_m"] if row["max_m"] is not None else 300
+    return [(m, 4096, 1024), (m, 520, 384)]
+
+
+def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
+    g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 13 + k)
+    b, bs = reference.quantize_block_fp8(torch.randn(n, k, device="cuda", generator=g))
+    x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    try:
+        if family == "gemv":
+            out = ops.blockfp8_gemv(x, b, bs, row=row["name"])
+            ref = reference.gemv_ref(x, b, bs)
+        else:
+            a, a_scale = ops.per_token_group_quant(x, 128)
+            out = ops.blockfp8_gemm(a, a_scale, b, bs, torch.bfloat16, row=row["name"])
+            ref = reference.gemm_ref(a, a_scale, b, bs)
+        torch.cuda.synchronize()
+    except (RuntimeError, ValueError) as exc:
+        if "cannot run" in str(exc):
+            return "skip"
+        raise
+    reference.assert_close_to_ref(out, ref, f"{family} {row['name']} M={m} N={n} K={k}")
+    return "ok"
+
+
+def main() -> int:
+    if not (torch.cuda.is_available() and ops.HAS_CUDA_KERNELS):
+        print("sanitize_rows: needs a CUDA GPU and the compiled extension", file=sys.stderr)
+        return 2
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    failed = 0
+    for family in ("gemv", "gemm"):
+        for row in ops.tile_table(family):
+            cases = _gemv_cases(row, sm_count) if family == "gemv" else _gemm_cases(row)
+            ran, skipped = [], []
+            try:
+                for m, n, k in cases:
+                    (ran if _run(family, row, m, n, k) == "ok" else skipped).append(f"{m}x{n}x{k}")
+                status = "ok" if ran else "NOT RUN"
+                failed += not ran
+            except Exception as exc:  # keep going: one line per row, every row reported
+                status = f"FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                failed += 1
+            print(f"{family} {row['name']}: {status}; ran {' '.join(ran) or '-'}; "
+                  f"skipped {' '.join(skipped) or '-'}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""The ``blockfp8`` console script (also ``python -m vllm_blockfp8``).
+
+Subcommands: ``quantize`` (write a block FP8 / NVFP4 checkpoint), ``info`` (versions, GPU, compiled
+kernels, tile tables), ``bench`` (the repository's benchmark scripts), ``demo`` (end-to-end demo).
+Heavy imports (torch, vLLM) happen inside the subcommands so ``--help`` stays instant.
+Exit status: 0 success, 2 refused (bad input, nothing written), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import threading
+from pathlib import Path
+
+QUANT_FORMATS = ("fp8-block", "nvfp4")
+# --op -> (script stem in benchmarks/, its fixed arguments); bench_gemm times the GEMM alone and the
+# full linear (activation quantization included).
+BENCH_RUNS = {"gemv": ("bench_gemv", ()), "gemm": ("bench_gemm", ("--ops", "gemm")),
+              "linear": ("bench_gemm", ("--ops", "linear")), "quant": ("bench_quant", ())}
+# Without --op: every script once, bench_gemm with its default (GEMM and full linear).
+BENCH_ALL = (("gemv", "bench_gemv", ()), ("gemm", "bench_gemm", ()), ("quant", "bench_quant", ()))
+
+
+class CliError(Exception):
+    """A refusal the CLI prints as one line and exits 2 on."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="blockfp8", description="vllm_blockfp8: block-scaled FP8 / NVFP4 "
+                                     "checkpoints and kernels for vLLM (vllm serve MODEL --quantization blockfp8)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    q = sub.add_parser("quantize", help="quantize a BF16/FP16 Hugging Face checkpoint",
+                       description="Quantize the decoder-layer linear weights (*_proj, experts) of a BF16/FP16 "
+                       "safetensors checkpoint. DST loads in vLLM with --quantization blockfp8, and with vLLM's "
+                       "own fp8 (fp8-block) or modelopt_fp4 (nvfp4). Writes DST/quantization_report.json.")
+    q.add_argument("src", type=Path, metavar="SRC", help="Hugging Face model directory (safetensors)")
+    q.add_argument("dst", type=Path, metavar="DST", help="output directory (created atomically)")
+    q.add_argument("--format", dest="fmt", choices=QUANT_FORMATS, default="fp8-block",
+                   help="fp8-block: e4m3 weights, one fp32 scale per 128x128 block (default); nvfp4: ModelOpt "
+                   "NVFP4, e2m1 weights, e4m3 scale per 16 values, fp32 global scale")
+    q.add_argument("--ignore", action="extend", nargs="+", default=[], metavar="PATTERN",
+                   help="keep modules matching these fnmatch patterns in 16-bit (e.g. 'model.layers.0.*')")
+    q.add_argument("--overwrite", action="store_true", help="replace an existing non-empty DST")
+    q.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
+    q.set_defaults(func=_cmd_quantize)
+
+    i = sub.add_parser("info", help="versions, GPU, compiled kernels and tile tables",
+                       description="Show package/vLLM/torch versions, the GPU and its compute capability, which "
+                       "kernel families were compiled for which archs, and each family's tile table.")
+    i.add_argument("--json", action="store_true", help="print JSON instead of text")
+    i.set_defaults(func=_cmd_info)
+
+    b = sub.add_parser("bench", help="run the benchmark scripts (source checkout with a GPU)",
+                       description="Run the benchmarks/bench_*.py scripts of the source checkout. Arguments "
+                       "after '--' go to the script unchanged (e.g. -- --rows --peers none).")
+    b.add_argument("--op", choices=tuple(BENCH_RUNS), default=None,
+                   help="gemv: decode full linear; gemm: W8A8 GEMM alone; linear: full linear at mid/prefill M; "
+                   "quant: activation quantizer (default: every script, gemm with linear)")
+    b.add_argument("--shapes", nargs="+", metavar="SHAPE", help="shape names or sets (vllm_blockfp8.shapes)")
+    b.add_argument("--m", nargs="+", type=int, metavar="M", help="token counts")
+    b.add_argument("--json", metavar="F", help="write results as JSON (suffixed by op when several run)")
+    b.add_argument("--plot", metavar="F", help="write a plot (suffixed by op when several run)")
+    b.add_argument("--quick", action="store_true", help="fewer shapes and replays")
+    b.add_argument("--dry-run", action="store_true", help="no GPU needed: fake timings through the table, "
+                   "JSON and plot code")
+    b.set_defaults(func=_cmd_bench)
+
+    d = sub.add_parser("demo", help="end-to-end demo (vllm_blockfp8.demo)",
+                       description="Run the end-to-end demo in vllm_blockfp8.demo.")
+    d.add_argument("--model-dir", type=Path, default=None, help="where the demo model lives (default: a temp dir)")
+    d.add_argument("--keep", action="store_true", help="keep the files the demo writes")
+    d.add_argument("--max-tokens", type=int, default=32, help="tokens to generate (default 32)")
+    d.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _cmd_quantize(args, extra) -> int:
+    from vllm_blockfp8.tools.checkpoint import CheckpointError
+    from vllm_blockfp8.tools.quantize import REPORT_NAME, format_report, quantize_checkpoint
+
+    # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C so the temporary directory is removed.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if main_thread else None
+    try:
+        report = quantize_checkpoint(args.src, args.dst, fmt=args.fmt, ignore=args.ignore,
+                                     overwrite=args.overwrite, progress=args.progress)
+    except CheckpointError as e:
+        raise CliError(str(e)) from None
+    except OSError as e:  # disk full, permissions: the temporary directory is already gone
+        raise CliError(f"{e} (nothing was written to {args.dst})") from None
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    print(format_report(report))
+    print(f"wrote {args.dst} ({REPORT_NAME} has every tensor's error)")
+    return 0
+
+
+def _cmd_info(args, extra) -> int:
+    from vllm_blockfp8.tools import info
+
+    return info.main(as_json=args.json)
+
+
+def benchmarks_dir() -> Path:
+    """benchmarks/ of the source checkout this package was imported from (absent in a wheel)."""
+    return Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _suffixed(path: str, op: str) -> str:
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.{op}{p.suffix}"))
+
+
+def _bench_argv(args, extra, fixed, op_suffix) -> list:
+    """The script's own flags (harness.common_parser: comma-separated --shapes and --m)."""
+    argv = list(fixed)
+    if args.shapes:
+        argv += ["--shapes", ",".join(args.shapes)]
+    if args.m:
+        argv += ["--m", ",".join(map(str, args.m))]
+    for flag, value in (("--json", args.json), ("--plot", args.plot)):
+        if value:
+            argv += [flag, _suffixed(value, op_suffix) if op_suffix else value]
+    argv += [flag for flag, on in (("--quick", args.quick), ("--dry-run", args.dry_run)) if on]
+    return argv + list(extra)
+
+
+def _run_script(root: Path, stem: str, argv: list) -> int:
+    # The scripts are modules of the `benchmarks` package (relative imports of harness, peers).
+    sys.path.insert(0, str(root.parent))
+    try:
+        module = importlib.import_module(f"benchmarks.{stem}")
+        if Path(module.__file__).resolve().parent != root:
+            raise CliError(f"`benchmarks` resolves to {module.__file__}, not {root}")
+        return int(module.main(argv) or 0)
+    finally:
+        sys.path.remove(str(root.parent))
+
+
+def _cmd_bench(args, extra) -> int:
+    root = benchmarks_dir()
+    if not root.is_dir():
+        raise CliError(f"no benchmarks/ directory at {root}: `blockfp8 bench` runs from a source checkout "
+                       "(git clone, then pip install -e .), not from an installed wheel")
+    if not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise CliError("no CUDA GPU: the benchmarks time GPU kernels (--dry-run fakes the timings; "
+                           "blockfp8 info shows what is visible)")
+    runs = [(args.op, *BENCH_RUNS[args.op])] if args.op else [
+        r for r in BENCH_ALL if (root / f"{r[1]}.py").is_file()]
+    if not runs:
+        raise CliError(f"no bench_*.py scripts in {root}")
+    for op, stem, fixed in runs:
+        if not (root / f"{stem}.py").is_file():
+            raise CliError(f"{root / stem}.py not found")
+        rc = _run_script(root, stem, _bench_argv(args, extra, fixed, op if len(runs) > 1 else None))
+        if rc:
+            return rc
+    return 0
+
+
+def _cmd_demo(args, extra) -> int:
+    from vllm_blockfp8 import demo
+
+    return int(demo.main(args) or 0)
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "bench":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    try:
+        return args.func(args, extra)
+    except KeyboardInterrupt:
+        print(f"blockfp8 {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except CliError as e:
+        print(f"blockfp8 {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

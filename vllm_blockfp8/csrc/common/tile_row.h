@@ -1,0 +1,19 @@
+// One row of a tile table. Each arch file starts with an ordered array of these (plus the
+// instantiation the row launches): the first row whose max_m >= M and whose precondition holds
+// wins, and the last row is unbounded. The table is the instantiation list, so what is built
+// and what is selectable cannot drift. Names are identical in tables, logs and benchmark JSON.
+#pragma once
+
+#include <cstdint>
+
+namespace blockfp8 {
+
+struct TileRow {
+  const char* name;
+  int64_t max_m;
+  const char* reason;
+};
+
+constexpr int64_t kUnboundedM = INT64_MAX;
+
+}  // namespace blockfp8

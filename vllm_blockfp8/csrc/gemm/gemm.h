@@ -1,0 +1,61 @@
+// W8A8 block-scaled FP8 GEMM: the C++ boundary between ops.cpp and the arch kernels.
+//
+//   D[m, n] = sum_kb (sum_{k in block kb} A[m, k] * B[n, k]) * SFA[m, kb] * SFB[n / 128, kb]
+//
+// A   fp8 e4m3 [m, k] row-major (K contiguous), activations.
+// SFA fp32, one scale per token per 128 values of K, stored M-MAJOR: element (row, kb) lives at
+//     a_scale[kb * a_scale_ld + row]; a_scale_ld % 4 == 0 and a_scale_ld >= m (the quantizer
+//     writes a_scale_ld = round_up(m, 4) so that each column is a 16-byte aligned TMA row).
+// B   fp8 e4m3 [n, k] row-major (K contiguous), weights.
+// SFB fp32 [ceil(n / 128), k / 128] row-major (contiguous), one scale per 128x128 weight block.
+// D   bf16 or fp16 [m, n] row-major, ld = n. Written in full, never read.
+// Scales multiply to dequantize and are used exactly as given (no power-of-two rounding).
+//
+// Supported: any m >= 1, n % 8 == 0 (16-byte rows for the TMA store of D), k % 128 == 0.
+// No torch types here: ops.cpp converts tensors into a Problem.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "../common/tile_row.h"
+
+namespace blockfp8::gemm {
+
+struct Problem {
+  const void* a = nullptr;         // fp8 e4m3 [m, k], 16-byte aligned
+  const float* a_scale = nullptr;  // M-major, see above; 16-byte aligned (read by TMA)
+  int64_t a_scale_ld = 0;          // elements between scale columns; % 4 == 0, >= m
+  const void* b = nullptr;         // fp8 e4m3 [n, k], 16-byte aligned
+  const float* b_scale = nullptr;  // fp32 [ceil(n / 128), k / 128] contiguous
+  void* d = nullptr;               // bf16/fp16 [m, n], 16-byte aligned
+  int64_t m = 0, n = 0, k = 0;
+  bool out_bf16 = true;            // false: fp16
+  int sm_count = 0;                // multiprocessors of the device (> 0; sizes persistent grids)
+  void* workspace = nullptr;       // >= workspace_bytes(row, problem) bytes, 16-byte aligned
+  size_t workspace_size = 0;
+};
+
+// Rows of this arch's tile table, in selection order (the last one is unbounded in m).
+int num_rows();
+const TileRow& row(int i);
+
+// nullptr if row i can run p, else a sentence saying why not (static storage, never freed).
+const char* rejects(int i, const Problem& p);
+
+// First row with max_m >= p.m that does not reject p; -1 if none.
+int select(const Problem& p);
+
+// Device scratch that launch(i, p) needs (stream-K partial tiles and their flags); 0 when none.
+// Depends on m, n, k and sm_count only, so the caller can size it before filling the pointers.
+// launch() zeroes what it needs on the stream itself, so the buffer may come uninitialized.
+size_t workspace_bytes(int i, const Problem& p);
+
+// Enqueues row i on stream s. Never synchronizes and never allocates, so it can be captured in a
+// CUDA graph. Returns cudaErrorInvalidValue if rejects(i, p) != nullptr or the workspace is too
+// small; otherwise the launch status.
+cudaError_t launch(int i, const Problem& p, cudaStream_t s);
+
+}  // namespace blockfp8::gemm

@@ -1,0 +1,205 @@
+// SM90 (sm_90a) W8A8 block-scaled FP8 GEMM from CUTLASS 3.x collectives.
+//
+// Math and layouts: see gemm.h. Kernel: TMA + wgmma warp-specialized cooperative mainloop with
+// blockwise scaling (CUTLASS KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum): each
+// 128-deep K block is accumulated by wgmma into a fresh fp32 fragment, then promoted into the
+// fp32 accumulator as acc += partial * SFA * SFB (full fp32, which also sidesteps the limited
+// accumulation precision of Hopper FP8 wgmma over long K). The epilogue converts once to bf16/fp16
+// and stores through TMA. Out-of-range rows/columns of ragged tiles are zero-filled by TMA loads and
+// clipped by the TMA store; the weight-scale loader predicates the scale block past ceil(n / 128).
+//
+// Operand roles. Unswapped: kernel-A = activations (M = m), kernel-B = weights (N = n); scale
+// granularity (1, 128, 128): SFA per token and M-major, SFB per 128x128 block and K-major.
+// Swapped (small m): kernel-A = weights (M = n), kernel-B = activations (N = m), granularity
+// (128, 1, 128), SFA K-major (weight blocks), SFB MN-major (per token), D^T stored column-major.
+// Both layouts are the caller's buffers as they are: no scale repacking for any row.
+//
+// Unsupported: k % 128 != 0, n % 8 != 0 (rejected in sm90.cu), bias, batched problems.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <type_traits>
+
+#include <cuda_runtime_api.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/detail/blockwise_scale_layout.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/dispatch_policy.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler_params.h"
+#include "cutlass/numeric_types.h"
+
+#include "sm90_kernel.h"
+
+namespace blockfp8::gemm::sm90 {
+
+template <class Cfg, class ElementD>
+struct Gemm {
+  using ElementAB = cutlass::float_e4m3_t;
+  using ElementAcc = float;
+  static constexpr bool kSwap = Cfg::kSwapAB;
+
+  using TileShape = cute::Shape<cute::Int<Cfg::kTileM>, cute::Int<Cfg::kTileN>, cute::Int<Cfg::kTileK>>;
+  using ClusterShape = cute::Shape<cute::Int<Cfg::kClusterM>, cute::Int<Cfg::kClusterN>, cute::_1>;
+
+  // Both operands are K-major in memory. Kernel-A is [M, K] row-major; kernel-B is [N, K] row-major,
+  // which CUTLASS calls a column-major K x N matrix.
+  using LayoutA = cutlass::layout::RowMajor;
+  using LayoutB = cutlass::layout::ColumnMajor;
+  // D [m, n] row-major is the column-major [n, m] result of the swapped product.
+  using LayoutD = std::conditional_t<kSwap, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+
+  static constexpr int kScaleBlock = 128;
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<
+      kSwap ? kScaleBlock : 1, kSwap ? 1 : kScaleBlock, kScaleBlock,
+      kSwap ? cute::GMMA::Major::K : cute::GMMA::Major::MN,
+      kSwap ? cute::GMMA::Major::MN : cute::GMMA::Major::K>;
+  using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+  using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+
+  // Cooperative rather than ping-pong: the per-block promotion FMAs of one warpgroup overlap the
+  // other warpgroup's wgmma, and only the cooperative kernel takes the stream-K scheduler.
+  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, float,
+      void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD,
+      EpilogueSchedule, Fusion>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      ElementAB, cute::tuple<LayoutA, LayoutSFA>, kAlignAB,
+      ElementAB, cute::tuple<LayoutB, LayoutSFB>, kAlignAB,
+      ElementAcc, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+
+  using Scheduler = std::conditional_t<Cfg::kSchedule == Schedule::kStreamK,
+                                       cutlass::gemm::StreamKScheduler,
+                                       cutlass::gemm::PersistentScheduler>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<
+      cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, Scheduler>;
+  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Arguments = typename Kernel::Arguments;
+
+  // Per-token scales: ((1, rows), (128, kb), 1) : ((0, 1), (0, ld), ld * kb). The row extent is the
+  // true m (not round_up(m, 4)): the TMA descriptor only needs 16-byte column strides, and a
+  // partial last tile is zero-filled instead of reading the quantizer's padding rows.
+  static auto token_scale_layout(int32_t rows, int32_t kb, int32_t ld) {
+    using namespace cute;
+    return make_layout(make_shape(make_shape(_1{}, rows), make_shape(Int<kScaleBlock>{}, kb), int32_t(1)),
+                       make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, ld), ld * kb));
+  }
+
+  // Weight block scales [nb, kb] row-major: ((128, nb), (128, kb), 1) : ((0, kb), (0, 1), nb * kb).
+  static auto block_scale_layout(int32_t nb, int32_t kb) {
+    using namespace cute;
+    return make_layout(
+        make_shape(make_shape(Int<kScaleBlock>{}, nb), make_shape(Int<kScaleBlock>{}, kb), int32_t(1)),
+        make_stride(make_stride(_0{}, kb), make_stride(_0{}, _1{}), nb * kb));
+  }
+
+  static Arguments arguments(const Problem& p) {
+    const int32_t m = static_cast<int32_t>(p.m);
+    const int32_t n = static_cast<int32_t>(p.n);
+    const int32_t k = static_cast<int32_t>(p.k);
+    const int32_t kb = k / kScaleBlock;
+    const int32_t nb = (n + kScaleBlock - 1) / kScaleBlock;
+    const int32_t ld = static_cast<int32_t>(p.a_scale_ld);
+    const auto* act = static_cast<const ElementAB*>(p.a);
+    const auto* wgt = static_cast<const ElementAB*>(p.b);
+
+    Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.hw_info.device_id = 0;  // only read when sm_count <= 0, which sm90.cu rejects
+    args.hw_info.sm_count = p.sm_count;
+
+    auto& ml = args.mainloop;
+    auto& ep = args.epilogue;
+    ep.thread.alpha = 1.0f;
+    ep.thread.beta = 0.0f;
+    ep.ptr_C = nullptr;
+    ep.ptr_D = static_cast<ElementD*>(p.d);
+    if constexpr (kSwap) {
+      args.problem_shape = {n, m, k, 1};
+      ml.ptr_A = wgt;
+      ml.dA = {int64_t(k), cute::_1{}, int64_t(n) * k};
+      ml.ptr_B = act;
+      ml.dB = {int64_t(k), cute::_1{}, int64_t(m) * k};
+      ml.ptr_SFA = p.b_scale;
+      ml.layout_SFA = block_scale_layout(nb, kb);
+      ml.ptr_SFB = p.a_scale;
+      ml.layout_SFB = token_scale_layout(m, kb, ld);
+      ep.dC = {cute::_1{}, int64_t(n), int64_t(n) * m};
+      ep.dD = {cute::_1{}, int64_t(n), int64_t(n) * m};
+    } else {
+      args.problem_shape = {m, n, k, 1};
+      ml.ptr_A = act;
+      ml.dA = {int64_t(k), cute::_1{}, int64_t(m) * k};
+      ml.ptr_B = wgt;
+      ml.dB = {int64_t(k), cute::_1{}, int64_t(n) * k};
+      ml.ptr_SFA = p.a_scale;
+      ml.layout_SFA = token_scale_layout(m, kb, ld);
+      ml.ptr_SFB = p.b_scale;
+      ml.layout_SFB = block_scale_layout(nb, kb);
+      ep.dC = {int64_t(n), cute::_1{}, int64_t(m) * n};
+      ep.dD = {int64_t(n), cute::_1{}, int64_t(m) * n};
+    }
+
+    if constexpr (Cfg::kSchedule == Schedule::kStreamK) {
+      using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams;
+      // Turnstile reduction: partial tiles are summed in K order, so results are reproducible
+      // run to run and independent of the SM count's timing.
+      args.scheduler.reduction_mode = Params::ReductionMode::Deterministic;
+      args.scheduler.decomposition_mode = Params::DecompositionMode::Heuristic;
+#ifdef BLOCKFP8_EXPERIMENT
+      if (const char* e = getenv("BF8_DECOMP")) args.scheduler.decomposition_mode = Params::DecompositionMode(atoi(e));
+      if (const char* e = getenv("BF8_RED")) args.scheduler.reduction_mode = Params::ReductionMode(atoi(e));
+      if (const char* e = getenv("BF8_SPLITS")) args.scheduler.splits = atoi(e);
+#endif
+    }
+    return args;
+  }
+
+  static size_t workspace(const Problem& p) { return Kernel::get_workspace_size(arguments(p)); }
+
+  static cudaError_t launch(const Problem& p, cudaStream_t stream) {
+    const Arguments args = arguments(p);
+    if (Kernel::get_workspace_size(args) > p.workspace_size) return cudaErrorInvalidValue;
+    // can_implement() is not called: its scale-layout check asks for a row extent divisible by 4,
+    // which the TMA descriptor does not need (sm90.cu checks what the kernel does need).
+    Adapter op;
+    cutlass::Status status = op.initialize(args, p.workspace, stream);
+    if (status == cutlass::Status::kSuccess) status = op.run(stream);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    return status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorLaunchFailure;
+  }
+};
+
+template <class Cfg>
+cudaError_t launch_config(const Problem& p, cudaStream_t stream) {
+  return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::launch(p, stream)
+                    : Gemm<Cfg, cutlass::half_t>::launch(p, stream);
+}
+
+template <class Cfg>
+size_t workspace_config(const Problem& p) {
+  return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::workspace(p)
+                    : Gemm<Cfg, cutlass::half_t>::workspace(p);
+}
+
+}  // namespace blockfp8::gemm::sm90

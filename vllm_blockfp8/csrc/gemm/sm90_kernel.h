@@ -1,0 +1,42 @@
+// SM90 block-FP8 GEMM: the kernel configuration type and the two entry points per configuration.
+// Light on purpose (no CUTLASS): sm90.cu's tile table names configurations through this header,
+// and each sm90_<row>.cu explicitly instantiates the entry points of one configuration from
+// sm90_kernel.cuh. A row whose configuration no file instantiates fails to link, so the table and
+// the built kernels cannot drift apart.
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime_api.h>
+
+#include "gemm.h"
+
+namespace blockfp8::gemm::sm90 {
+
+enum class Schedule {
+  kPersistent,  // data-parallel persistent tiles, no workspace
+  kStreamK,     // CUTLASS stream-K heuristic (data-parallel, split-K or stream-K per problem)
+};
+
+// kSwapAB: the kernel computes D^T = B * A^T, so the weight rows (n) fill the 128-row wgmma M side
+// and the tokens (m) sit on the narrow wgmma N side; D^T is stored column-major, i.e. D row-major.
+// kTileM / kTileN are the kernel's CTA tile in ITS operand order (weights x tokens when swapped).
+template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_>
+struct Config {
+  static constexpr bool kSwapAB = kSwapAB_;
+  static constexpr int kTileM = kTileM_;
+  static constexpr int kTileN = kTileN_;
+  static constexpr int kTileK = 128;  // one K scale block per pipeline stage
+  static constexpr int kClusterM = kClusterM_;
+  static constexpr int kClusterN = kClusterN_;
+  static constexpr Schedule kSchedule = kSchedule_;
+};
+
+// Defined in sm90_kernel.cuh; instantiated once per configuration in its sm90_<row>.cu file.
+template <class Cfg>
+cudaError_t launch_config(const Problem& p, cudaStream_t stream);
+
+template <class Cfg>
+size_t workspace_config(const Problem& p);
+
+}  // namespace blockfp8::gemm::sm90

@@ -1,0 +1,183 @@
+// Weight-only block-FP8 GEMV: the tile table (data, at the top) and the launchers.
+//
+//   out[m, n] = sum_kb (sum_{k in kb} x[m, k] * fp8(b[n, k])) * b_scale[n / 128, kb]
+//
+// x bf16/fp16 [m, k] (row stride x_stride), b fp8 e4m3 [n, k] contiguous, b_scale fp32
+// [ceil(n / 128), ceil(k / 128)], out x's dtype [m, n] (row stride out_stride); see gemv.h.
+// Compiled for every arch the extension builds (8.9, 9.0a, 12.0a): the kernels use SM80+
+// features only. Unsupported: k % 16 != 0; the tensor-core rows also need k % 64 == 0.
+// Reasons cite the seed measurements (ORT FP8 GEMV on the same H200) until our own replace them.
+#include <algorithm>
+#include <cstdint>
+
+#include "gemv.h"
+#include "kernels.cuh"
+
+namespace blockfp8::gemv {
+namespace {
+
+using Launcher = cudaError_t (*)(const Problem&, cudaStream_t);
+using Check = const char* (*)(const Problem&);
+
+template <int MT>
+cudaError_t launch_mma(const Problem& p, cudaStream_t s);
+template <int R, int C, int U, bool kAnyAlign>
+cudaError_t launch_fma(const Problem& p, cudaStream_t s);
+template <int MT>
+const char* mma_rejects(const Problem& p);
+const char* aligned_x_rejects(const Problem& p);
+const char* wide_n_rejects(const Problem& p);
+const char* accepts_all(const Problem&) { return nullptr; }
+
+struct GemvRow {
+  TileRow info;
+  Check check;  // the row's own precondition, after the checks every row shares
+  Launcher launch;
+};
+
+// Ordered: the first row with max_m >= M whose precondition holds wins.
+constexpr GemvRow kRows[] = {
+    {{"gemv_mma_t8", 8,
+      "tensor-core mma, one 8-token tile: beat the FMA kernel at every measured M <= 8 on H200 and stayed "
+      "1.9x ahead of cuBLAS at M = 8 (seed 000 sec 6.3)"},
+     &mma_rejects<1>, &launch_mma<1>},
+    {{"gemv_mma_t16", 16,
+      "tensor-core mma, two 8-token tiles for M = 9..16: bound by weight bytes like t8, so predicted to keep "
+      "its lead (not yet measured)"},
+     &mma_rejects<2>, &launch_mma<2>},
+    {{"gemv_fma_r1_c4_u4", 1,
+      "M = 1 without the mma preconditions: 4 columns x 4 loads in flight per lane took 8192x2048 from 2.3 to "
+      "3.1 TB/s on H200 (seed 000 sec 5.4); needs N >= 4096 to fill the GPU"},
+     &wide_n_rejects, &launch_fma<1, 4, 4, false>},
+    {{"gemv_fma_r4_c2_u2", 4,
+      "M <= 4 without the mma preconditions: x widened once per row and reused by 2 columns made "
+      "ColsPerWarp pay at M > 1 (seed 000 sec 6.4)"},
+     &aligned_x_rejects, &launch_fma<4, 2, 2, false>},
+    {{"gemv_fma_r16_c1_u2", 16,
+      "M <= 16 without the mma preconditions: all 16 tokens per pass so the weight is read once; FMA-issue "
+      "bound (seed 000 sec 6: 240 instructions per 32 weight bytes at M = 4)"},
+     &aligned_x_rejects, &launch_fma<16, 1, 2, false>},
+    {{"gemv_fma_r8_c1_u2_anym", kUnboundedM,
+      "any valid problem (any M, K % 16 == 0, x 2-byte aligned): 8-token passes over M, each re-reading the "
+      "weight; the correctness fallback"},
+     &accepts_all, &launch_fma<8, 1, 2, true>},
+};
+constexpr int kNumRows = int(sizeof(kRows) / sizeof(kRows[0]));
+static_assert(kRows[kNumRows - 1].info.max_m == kUnboundedM, "the last row must take any M");
+
+constexpr int64_t kMaxDim = int64_t(1) << 30;  // kernels index with 32-bit ints
+
+bool x_rows_aligned(const Problem& p) {
+  return reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && (p.m <= 1 || p.x_stride % 8 == 0);
+}
+
+const char* shared_rejects(const Problem& p) {
+  if (p.m < 0 || p.n < 0 || p.k < 0) return "M, N and K must be >= 0";
+  if (p.m >= kMaxDim || p.n >= kMaxDim || p.k >= kMaxDim) return "M, N and K must be below 2^30 (32-bit indexing)";
+  if (p.k % 16 != 0) return "K must be a multiple of 16 (16-byte weight loads)";
+  if (p.m > 1 && p.x_stride < p.k) return "x_stride must be >= K";
+  if (p.m > 1 && p.out_stride < p.n) return "out_stride must be >= N";
+  if (reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return "b must be 16-byte aligned";
+  if (reinterpret_cast<uintptr_t>(p.x) % 2 != 0 || reinterpret_cast<uintptr_t>(p.out) % 2 != 0)
+    return "x and out must be 2-byte aligned";
+  return nullptr;
+}
+
+const char* aligned_x_rejects(const Problem& p) {
+  return x_rows_aligned(p) ? nullptr : "x rows must be 16-byte aligned (data pointer % 16 == 0, x_stride % 8 == 0)";
+}
+
+const char* wide_n_rejects(const Problem& p) {
+  if (p.n < 4096) return "N < 4096: 4-column warps leave too few warps to fill the GPU (seed 000 sec 5.3)";
+  return aligned_x_rejects(p);
+}
+
+template <int MT>
+const char* mma_rejects(const Problem& p) {
+  if (p.m > MT * kMmaTokens) return MT == 1 ? "M > 8: one 8-token mma tile" : "M > 16: two 8-token mma tiles";
+  if (p.k % kWindow != 0) return "K must be a multiple of 64 (permuted 64-wide mma K windows)";
+  if (p.k >= (int64_t(1) << 28)) return "K must be below 2^28 (32-bit offset between a lane's two weight rows)";
+  return aligned_x_rejects(p);
+}
+
+template <typename T>
+Args<T> args(const Problem& p) {
+  return Args<T>{static_cast<const T*>(p.x), p.b, p.b_scale, static_cast<T*>(p.out), int(p.m), int(p.n), int(p.k),
+                 p.x_stride, p.out_stride};
+}
+
+template <int R, int C, int U, bool kAnyAlign>
+cudaError_t launch_fma(const Problem& p, cudaStream_t s) {
+  const int64_t cols_per_block = int64_t(C) * kFmaWarps;
+  // grid.y strides over M inside the kernel, so capping it at the hardware limit is enough.
+  const dim3 grid(unsigned((p.n + cols_per_block - 1) / cols_per_block),
+                  unsigned(std::min<int64_t>((p.m + R - 1) / R, 65535)));
+  if (p.bf16)
+    fma_kernel<R, C, U, kAnyAlign, __nv_bfloat16><<<grid, 32 * kFmaWarps, 0, s>>>(args<__nv_bfloat16>(p));
+  else
+    fma_kernel<R, C, U, kAnyAlign, __half><<<grid, 32 * kFmaWarps, 0, s>>>(args<__half>(p));
+  return cudaGetLastError();
+}
+
+// Windows in flight per warp. Little's law: 4.8 TB/s x ~1 us of latency over 132 SMs needs
+// ~36 KB of weight requests outstanding per SM; a window is 1 KB per warp. One token tile:
+// U = 2 at 62-64 registers keeps 2 blocks of 16 warps resident (64 KB in flight). Two tiles:
+// U = 2 needs 84-90 registers (1 block per SM), U = 1 needs 52 (2 blocks, 32 KB in flight and
+// twice the warps to hide the x loads and the reduction), so two tiles take U = 1.
+template <int MT>
+constexpr int kMmaUnroll = MT == 1 ? 2 : 1;
+// The pinned entry point must fit 40 registers with one token tile: one window in flight.
+constexpr int kPinnedUnroll = 1;
+
+template <int MT, typename T>
+void launch_mma_t(const Problem& p, cudaStream_t s) {
+  const Args<T> a = args<T>(p);
+  const int64_t tiles = (p.n + kMmaCols - 1) / kMmaCols;
+  const unsigned grid = unsigned(tiles);
+  if (ksplit(p.n) == 8) {
+    mma_kernel<8, MT, kMmaUnroll<MT>, T><<<grid, 32 * 8, 0, s>>>(a);
+    return;
+  }
+  if constexpr (MT == 1) {
+    if (pins_residency(tiles, p.sm_count, 16, MT)) {
+      mma_kernel_pinned<kPinnedUnroll, T><<<grid, 32 * 16, 0, s>>>(a);
+      return;
+    }
+  }
+  mma_kernel<16, MT, kMmaUnroll<MT>, T><<<grid, 32 * 16, 0, s>>>(a);
+}
+
+template <int MT>
+cudaError_t launch_mma(const Problem& p, cudaStream_t s) {
+  if (p.bf16)
+    launch_mma_t<MT, __nv_bfloat16>(p, s);
+  else
+    launch_mma_t<MT, __half>(p, s);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int num_rows() { return kNumRows; }
+
+const TileRow& row(int i) { return kRows[i].info; }
+
+const char* rejects(int i, const Problem& p) {
+  if (i < 0 || i >= kNumRows) return "row index out of range";
+  if (const char* why = shared_rejects(p)) return why;
+  return kRows[i].check(p);
+}
+
+int select(const Problem& p) {
+  for (int i = 0; i < kNumRows; ++i)
+    if (p.m <= kRows[i].info.max_m && rejects(i, p) == nullptr) return i;
+  return -1;
+}
+
+cudaError_t launch(int i, const Problem& p, cudaStream_t s) {
+  if (rejects(i, p) != nullptr) return cudaErrorInvalidValue;
+  if (p.m == 0 || p.n == 0) return cudaSuccess;
+  return kRows[i].launch(p, s);
+}
+
+}  // namespace blockfp8::gemv

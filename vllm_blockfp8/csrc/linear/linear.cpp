@@ -1,0 +1,81 @@
+// Linear path tables, one per arch, as data: first row with max_m >= M whose path can serve the
+// shape wins. The GEMV/GEMM crossover is the measured point where quantizing the activations and
+// running the tensor-core W8A8 GEMM beats re-reading the weight per token group in the GEMV
+// (benchmarks/results/bench_linear.json). Unsupported: K % 16 != 0 (no path; ops.py rejects it).
+#include "linear.h"
+
+#include "../gemm/gemm.h"
+#include "../gemv/gemv.h"
+
+namespace blockfp8::linear {
+namespace {
+
+struct LinearRow {
+  TileRow info;
+  Path path;
+};
+
+// Hopper: the CUTLASS W8A8 GEMM exists.
+constexpr LinearRow kSm90[] = {
+    {{"gemv", 16, "weight-only decode: no activation quant pass, the weight is read once"}, Path::kGemv},
+    {{"w8a8_gemm", kUnboundedM, "1x128 activation quant + CUTLASS wgmma block-scaled GEMM"}, Path::kW8A8},
+    {{"dequant_matmul", kUnboundedM, "fallback for shapes no W8A8 row takes (N % 8, K % 128)"},
+     Path::kDequantMatmul},
+};
+
+// Ada and Blackwell GeForce: no W8A8 kernel is built for these archs yet, so mid and large M
+// dequantize the weight once per call and run cuBLAS in 16-bit.
+constexpr LinearRow kGeneric[] = {
+    {{"gemv", 16, "weight-only decode: no activation quant pass, the weight is read once"}, Path::kGemv},
+    {{"dequant_matmul", kUnboundedM, "no W8A8 kernel for this arch yet: dequantize + cuBLAS"},
+     Path::kDequantMatmul},
+};
+
+struct Table {
+  const LinearRow* rows;
+  int count;
+};
+
+Table table(int cc) {
+  if (cc == 90) return {kSm90, int(sizeof(kSm90) / sizeof(kSm90[0]))};
+  return {kGeneric, int(sizeof(kGeneric) / sizeof(kGeneric[0]))};
+}
+
+}  // namespace
+
+int num_rows(int cc) { return table(cc).count; }
+const TileRow& row(int cc, int i) { return table(cc).rows[i].info; }
+Path path(int cc, int i) { return table(cc).rows[i].path; }
+
+const char* rejects(int cc, int i, const Shape& s) {
+  switch (path(cc, i)) {
+    case Path::kGemv: {
+      gemv::Problem p{};
+      p.m = s.m, p.n = s.n, p.k = s.k, p.x_stride = s.k, p.out_stride = s.n, p.bf16 = true, p.sm_count = s.sm_count;
+      return gemv::select(p) >= 0 ? nullptr : "no GEMV row takes this shape";
+    }
+    case Path::kW8A8: {
+#ifdef BLOCKFP8_HAS_SM90_GEMM
+      if (cc != 90) return "the W8A8 GEMM is built for SM90 only";
+      if (s.k % 128 != 0) return "W8A8 needs K % 128 == 0 (1x128 activation groups)";
+      gemm::Problem p{};
+      p.m = s.m, p.n = s.n, p.k = s.k, p.a_scale_ld = (s.m + 3) / 4 * 4, p.out_bf16 = true, p.sm_count = s.sm_count;
+      return gemm::select(p) >= 0 ? nullptr : "no W8A8 GEMM row takes this shape";
+#else
+      return "the extension was built without the SM90 W8A8 GEMM";
+#endif
+    }
+    case Path::kDequantMatmul:
+      return s.k % 16 == 0 ? nullptr : "dequantize needs K % 16 == 0";
+  }
+  return "unknown path";
+}
+
+int select(const Shape& s) {
+  const Table t = table(s.cc);
+  for (int i = 0; i < t.count; ++i)
+    if (s.m <= t.rows[i].info.max_m && rejects(s.cc, i, s) == nullptr) return i;
+  return -1;
+}
+
+}  // namespace blockfp8::linear

@@ -1,0 +1,27 @@
+// The linear op's per-arch tables: which path (weight-only GEMV, activation quant + W8A8 GEMM,
+// or dequantize + cuBLAS) serves an M bucket. Each path then picks its own kernel row from its
+// family's table. Raw pointers only; ops.cpp does the torch side.
+#pragma once
+
+#include <cstdint>
+
+#include "../common/tile_row.h"
+
+namespace blockfp8::linear {
+
+enum class Path { kGemv, kW8A8, kDequantMatmul };
+
+struct Shape {
+  int64_t m, n, k;
+  int cc;        // compute capability, major * 10 + minor
+  int sm_count;  // multiprocessors (the kernel tables size grids from it)
+};
+
+int num_rows(int cc);
+const TileRow& row(int cc, int i);
+Path path(int cc, int i);
+// nullptr when row i can serve the shape, otherwise the reason it cannot.
+const char* rejects(int cc, int i, const Shape& s);
+int select(const Shape& s);
+
+}  // namespace blockfp8::linear

@@ -1,0 +1,1 @@
+"""vLLM layer methods of the blockfp8 plugin."""

@@ -1,0 +1,313 @@
+"""Public ops: schemas (defined once, here), typed wrappers with input validation, fakes.
+
+Every op is a ``torch.ops.blockfp8.*`` operator so torch.compile and CUDA graphs see one opaque
+node. The CUDA implementations live in the compiled extension ``vllm_blockfp8._C`` (stable ABI,
+``csrc/ops.cpp``). CPU tensors, and CUDA tensors when the extension was not built, run the
+reference in ``reference.py`` through the same entry points, so CPU tests exercise the wrappers,
+the validation and the fakes that the GPU path uses.
+
+Row selection by M happens inside the op (C++), never in traced Python: ``row=None`` lets the op
+pick from its tile table, an int or a row name forces a row (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Optional
+
+import torch
+
+from . import reference
+
+logger = logging.getLogger("vllm_blockfp8")
+
+FAMILIES = ("linear", "gemv", "gemm")
+
+_SCHEMAS = {
+    "per_token_group_quant": "per_token_group_quant(Tensor x, int group_size) -> (Tensor, Tensor)",
+    "gemv": "gemv(Tensor x, Tensor b, Tensor b_scale, int row=-1) -> Tensor",
+    "gemm": "gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType out_dtype, int row=-1) -> Tensor",
+    "linear": "linear(Tensor x, Tensor b, Tensor b_scale, Tensor? bias=None, int row=-1) -> Tensor",
+    "nvfp4_linear": "nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, Tensor? bias=None) -> Tensor",
+    "tile_table": "tile_table(str family) -> str",
+    "select_row": "select_row(str family, int m, int n, int k) -> int",
+    "gemv_pins_residency": "gemv_pins_residency(int column_blocks, int sm_count, int ksplit, int m_tiles) -> bool",
+    "build_info": "build_info() -> str",
+}
+
+_lib = torch.library.Library("blockfp8", "DEF")  # noqa: TOR901 - the schemas' one home
+for _schema in _SCHEMAS.values():
+    _lib.define(_schema)
+
+
+def _load_extension():
+    """Load ``_C`` as a plain shared library: it has no Python module init (stable ABI, no
+    pybind); loading it runs its STABLE_TORCH_LIBRARY_IMPL registrations."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(f"{__package__}._C")
+    if spec is None or not spec.origin:
+        raise ImportError("vllm_blockfp8._C is not built (installed without nvcc?)")
+    torch.ops.load_library(spec.origin)
+
+
+try:
+    _load_extension()
+    HAS_CUDA_KERNELS = True
+    _IMPORT_ERROR = None
+except (ImportError, OSError) as exc:  # pure-Python install: the reference backend serves every op
+    HAS_CUDA_KERNELS = False
+    _IMPORT_ERROR = exc
+
+
+# --------------------------------------------------------------------------------------------
+# Validation (ValueError naming the argument and the expectation)
+# --------------------------------------------------------------------------------------------
+
+_ACT_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+def _check_activation(name: str, x: torch.Tensor, rank: Optional[int] = 2) -> None:
+    _need(isinstance(x, torch.Tensor), f"{name} must be a tensor, got {type(x).__name__}")
+    _need(x.dtype in _ACT_DTYPES, f"{name} must be bfloat16 or float16, got {x.dtype}")
+    if rank is not None:
+        _need(x.dim() == rank, f"{name} must be {rank}-D [M, K], got shape {tuple(x.shape)}")
+    _need(x.stride(-1) == 1, f"{name} must have a contiguous last dimension (K), got strides {x.stride()}")
+
+
+def _check_weight(b: torch.Tensor, b_scale: torch.Tensor, k: int, device: torch.device,
+                  k_multiple: int) -> int:
+    _need(b.dtype == reference.FP8_DTYPE, f"b must be float8_e4m3fn [N, K], got {b.dtype}")
+    _need(b.dim() == 2, f"b must be 2-D [N, K], got shape {tuple(b.shape)}")
+    _need(b.is_contiguous(), "b must be contiguous (row-major [N, K])")
+    n = b.shape[0]
+    _need(b.shape[1] == k, f"b must have K = {k} columns to match the activations, got {b.shape[1]}")
+    _need(k % k_multiple == 0, f"K = {k} is not supported: it must be a multiple of {k_multiple}")
+    _need(b_scale.dtype == torch.float32, f"b_scale must be float32, got {b_scale.dtype}")
+    want = (-(-n // reference.BLOCK), -(-k // reference.BLOCK))
+    _need(tuple(b_scale.shape) == want,
+          f"b_scale must have shape [ceil(N/128), ceil(K/128)] = {list(want)}, got {list(b_scale.shape)}")
+    _need(b_scale.is_contiguous(), "b_scale must be contiguous")
+    for name, t in (("b", b), ("b_scale", b_scale)):
+        _need(t.device == device, f"{name} is on {t.device} but the activations are on {device}")
+    return n
+
+
+def _row_arg(family: str, row) -> int:
+    if row is None:
+        return -1
+    if isinstance(row, str):
+        names = [r["name"] for r in tile_table(family)]
+        _need(row in names, f"row {row!r} is not in the {family} tile table {names}")
+        return names.index(row)
+    return int(row)
+
+
+# --------------------------------------------------------------------------------------------
+# per_token_group_quant
+# --------------------------------------------------------------------------------------------
+
+
+def per_token_group_quant(x: torch.Tensor, group_size: int = 128):
+    """Quantize activations x [M, K] to FP8 with one fp32 scale per token per ``group_size``.
+
+    Returns (q float8_e4m3fn [M, K], s fp32 [M, K/group_size]); ``s`` is M-major (stride
+    (1, round_up(M, 4))), the layout the W8A8 GEMM reads. Bit-exact with
+    ``reference.quantize_per_token_group``.
+    """
+    _check_activation("x", x)
+    _need(group_size == 128, f"group_size must be 128, got {group_size}")
+    _need(x.shape[1] % group_size == 0, f"K = {x.shape[1]} must be a multiple of group_size = {group_size}")
+    _need(x.is_contiguous(), "x must be contiguous")
+    return torch.ops.blockfp8.per_token_group_quant(x, group_size)
+
+
+def _m_major_scales(s: torch.Tensor) -> torch.Tensor:
+    m, groups = s.shape
+    m4 = -(-m // 4) * 4
+    buf = torch.empty(groups, m4, dtype=torch.float32, device=s.device)
+    buf[:, :m] = s.t()
+    return buf[:, :m].t()
+
+
+def _quant_ref(x, group_size):
+    q, s = reference.quantize_per_token_group(x, group_size)
+    return q, _m_major_scales(s)
+
+
+@torch.library.register_fake("blockfp8::per_token_group_quant")
+def _quant_fake(x, group_size):
+    m, k = x.shape
+    m4 = (m + 3) // 4 * 4
+    q = x.new_empty((m, k), dtype=reference.FP8_DTYPE)
+    s = x.new_empty((k // group_size, m4), dtype=torch.float32)[:, :m].t()
+    return q, s
+
+
+# --------------------------------------------------------------------------------------------
+# gemv (weight-only), gemm (W8A8), linear (the full path)
+# --------------------------------------------------------------------------------------------
+
+
+def blockfp8_gemv(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, row=None) -> torch.Tensor:
+    """Weight-only out[M, N] = x @ (b * b_scale)^T in x's dtype (small M, no activation quant)."""
+    _check_activation("x", x)
+    _check_weight(b, b_scale, x.shape[1], x.device, 16)
+    return torch.ops.blockfp8.gemv(x, b, b_scale, _row_arg("gemv", row))
+
+
+def _gemv_ref(x, b, b_scale, row=-1):
+    return reference.gemv_ref(x, b, b_scale).to(x.dtype)
+
+
+@torch.library.register_fake("blockfp8::gemv")
+def _gemv_fake(x, b, b_scale, row=-1):
+    return x.new_empty((x.shape[0], b.shape[0]))
+
+
+def blockfp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                  out_dtype: torch.dtype = torch.bfloat16, row=None) -> torch.Tensor:
+    """W8A8 block-scaled GEMM: a fp8 [M, K] with 1x128 scales, b fp8 [N, K] with 128x128 scales."""
+    _need(a.dtype == reference.FP8_DTYPE and a.dim() == 2, f"a must be float8_e4m3fn [M, K], got {a.dtype} {tuple(a.shape)}")
+    _need(a.stride(1) == 1, "a must have a contiguous K dimension")
+    _need(out_dtype in _ACT_DTYPES, f"out_dtype must be bfloat16 or float16, got {out_dtype}")
+    m, k = a.shape
+    _check_weight(b, b_scale, k, a.device, 128)
+    _need(a_scale.dtype == torch.float32 and tuple(a_scale.shape) == (m, k // 128),
+          f"a_scale must be float32 [M, K/128] = {[m, k // 128]}, got {a_scale.dtype} {list(a_scale.shape)}")
+    _need(a_scale.device == a.device, f"a_scale is on {a_scale.device} but a is on {a.device}")
+    return torch.ops.blockfp8.gemm(a, a_scale, b, b_scale, out_dtype, _row_arg("gemm", row))
+
+
+def _gemm_ref(a, a_scale, b, b_scale, out_dtype, row=-1):
+    return reference.gemm_ref(a, a_scale, b, b_scale).to(out_dtype)
+
+
+@torch.library.register_fake("blockfp8::gemm")
+def _gemm_fake(a, a_scale, b, b_scale, out_dtype, row=-1):
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+def blockfp8_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                    bias: Optional[torch.Tensor] = None, row=None) -> torch.Tensor:
+    """The full linear: x [..., K] bf16/fp16 -> [..., N] in x's dtype.
+
+    The op picks GEMV (weight-only) or activation quant + W8A8 GEMM by M from this GPU's
+    ``linear`` tile table; ``row`` forces a row.
+    """
+    _check_activation("x", x, rank=None)
+    _need(x.dim() >= 1, "x must have at least one dimension (K)")
+    n = _check_weight(b, b_scale, x.shape[-1], x.device, 16)
+    if bias is not None:
+        _need(bias.dim() == 1 and bias.shape[0] == n, f"bias must be 1-D [N] = [{n}], got {tuple(bias.shape)}")
+        _need(bias.dtype == x.dtype, f"bias must have the activations' dtype {x.dtype}, got {bias.dtype}")
+    x2 = x.reshape(-1, x.shape[-1])
+    out = torch.ops.blockfp8.linear(x2, b, b_scale, bias, _row_arg("linear", row))
+    return out.reshape(*x.shape[:-1], n)
+
+
+def _linear_ref(x, b, b_scale, bias=None, row=-1):
+    # The reference backend is weight-only: the exact dequantized product, rounded once.
+    return reference.linear_ref(x, b, b_scale, bias, quantize_activations=False).to(x.dtype)
+
+
+@torch.library.register_fake("blockfp8::linear")
+def _linear_fake(x, b, b_scale, bias=None, row=-1):
+    return x.new_empty((x.shape[0], b.shape[0]))
+
+
+def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global_scale: torch.Tensor,
+                 bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Weight-only NVFP4 linear: b uint8 [N, K/2], b_scale e4m3 [N, K/16], global_scale fp32
+    scalar or [N] (one per output row, so fused shards keep their own global scale)."""
+    _check_activation("x", x, rank=None)
+    k = x.shape[-1]
+    _need(b.dtype == torch.uint8 and b.dim() == 2, f"b must be uint8 [N, K/2], got {b.dtype} {tuple(b.shape)}")
+    n = b.shape[0]
+    _need(b.shape[1] * 2 == k, f"b must have K/2 = {k // 2} columns, got {b.shape[1]}")
+    _need(k % 32 == 0, f"K = {k} is not supported: it must be a multiple of 32")
+    _need(b_scale.dtype == reference.FP8_DTYPE and tuple(b_scale.shape) == (n, k // 16),
+          f"b_scale must be float8_e4m3fn [N, K/16] = {[n, k // 16]}, got {b_scale.dtype} {list(b_scale.shape)}")
+    _need(global_scale.dtype == torch.float32 and global_scale.numel() in (1, n),
+          f"global_scale must be float32 with 1 or N = {n} elements, got {global_scale.dtype} {tuple(global_scale.shape)}")
+    if bias is not None:
+        _need(bias.shape == (n,) and bias.dtype == x.dtype, f"bias must be [N] = [{n}] in {x.dtype}")
+    for name, t in (("b", b), ("b_scale", b_scale), ("global_scale", global_scale)):
+        _need(t.device == x.device, f"{name} is on {t.device} but x is on {x.device}")
+    x2 = x.reshape(-1, k)
+    out = torch.ops.blockfp8.nvfp4_linear(x2, b, b_scale, global_scale.reshape(-1), bias)
+    return out.reshape(*x.shape[:-1], n)
+
+
+def _nvfp4_linear_impl(x, b, b_scale, global_scale, bias=None):
+    # Until a native FP4 kernel exists for this GPU, dequantize in the op and run one fp32 GEMM.
+    # e2m1 * e4m3 * an fp32 global scale is not representable in x's dtype: rounding the weight
+    # (or the product before the bias) to it would add a second rounding; the output rounds once.
+    w = reference.dequantize_nvfp4(b, b_scale, 1.0) * global_scale.float().reshape(-1, 1)
+    out = x.float() @ w.t()
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype)
+
+
+@torch.library.register_fake("blockfp8::nvfp4_linear")
+def _nvfp4_fake(x, b, b_scale, global_scale, bias=None):
+    return x.new_empty((x.shape[0], b.shape[0]))
+
+
+for _name, _fn in (("per_token_group_quant", _quant_ref), ("gemv", _gemv_ref), ("gemm", _gemm_ref),
+                   ("linear", _linear_ref), ("nvfp4_linear", _nvfp4_linear_impl)):
+    _lib.impl(_name, _fn, "CPU")
+    if not HAS_CUDA_KERNELS or _name == "nvfp4_linear":
+        _lib.impl(_name, _fn, "CUDA")
+
+
+# --------------------------------------------------------------------------------------------
+# Tile tables and build facts (observable, never device-queried at import)
+# --------------------------------------------------------------------------------------------
+
+if not HAS_CUDA_KERNELS:
+    _lib.impl("tile_table", lambda family: "[]", "CompositeExplicitAutograd")
+    _lib.impl("select_row", lambda family, m, n, k: -1, "CompositeExplicitAutograd")
+    _lib.impl("build_info", lambda: json.dumps({"compiled": False, "archs": [], "families": {}}),
+              "CompositeExplicitAutograd")
+    _lib.impl("gemv_pins_residency", lambda cb, sm, ks, mt: False, "CompositeExplicitAutograd")
+
+
+def tile_table(family: str) -> list:
+    """The rows of ``family``'s tile table for the current GPU: [{name, max_m, reason}].
+
+    Empty without a CUDA GPU or without the compiled extension.
+    """
+    _need(family in FAMILIES, f"family must be one of {FAMILIES}, got {family!r}")
+    if not (HAS_CUDA_KERNELS and torch.cuda.is_available()):
+        return []
+    return json.loads(torch.ops.blockfp8.tile_table(family))
+
+
+def selected_row(family: str, m: int, n: int, k: int) -> Optional[str]:
+    """Name of the row the op would pick for an (M, N, K) problem on this GPU, or None."""
+    rows = tile_table(family)
+    if not rows:
+        return None
+    i = torch.ops.blockfp8.select_row(family, m, n, k)
+    return rows[i]["name"] if i >= 0 else None
+
+
+def gemv_pins_residency(column_blocks: int, sm_count: int, ksplit: int, m_tiles: int) -> bool:
+    """The GEMV residency-pinning predicate (host logic, testable at a fixed SM count)."""
+    return bool(torch.ops.blockfp8.gemv_pins_residency(column_blocks, sm_count, ksplit, m_tiles))
+
+
+def build_info() -> dict:
+    """Which archs and kernel families the extension was compiled with."""
+    info = json.loads(torch.ops.blockfp8.build_info())
+    if _IMPORT_ERROR is not None:
+        info["import_error"] = str(_IMPORT_ERROR)
+    return info

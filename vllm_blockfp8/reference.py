@@ -1,0 +1,259 @@
+"""The one pure-PyTorch reference for every op of the package.
+
+Tests, benchmarks, evals, the checkpoint tool and the CPU backend all call these functions, so a
+kernel is always checked against the same math. Conventions (DESIGN.md):
+
+* ``scale`` always multiplies to dequantize: ``w = q * s``.
+* Block FP8 weights: ``q`` float8_e4m3fn [N, K], ``s`` fp32 [ceil(N/128), ceil(K/128)].
+* Activations: one fp32 scale per token per ``group_size`` (128) values of K.
+* NVFP4 (ModelOpt): ``packed`` uint8 [N, K/2], two E2M1 codes per byte, element 2i in the low
+  nibble; ``scale`` float8_e4m3fn [N, K/16]; ``global_scale`` fp32 scalar (``weight_scale_2``);
+  ``w = e2m1 * scale * global_scale``.
+
+Quantizers are bit-exact contracts: the CUDA quantizer must produce the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = 448.0
+FP4_MAX = 6.0
+BLOCK = 128
+NVFP4_GROUP = 16
+# Smallest group amax used to form a scale: keeps all-zero groups finite (q = 0, s = tiny).
+AMAX_FLOOR = 1e-10
+
+# E2M1 magnitudes by code (bit 3 is the sign).
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# --------------------------------------------------------------------------------------------
+# Block FP8
+# --------------------------------------------------------------------------------------------
+
+
+def quantize_per_token_group(x: torch.Tensor, group_size: int = BLOCK):
+    """Quantize activations x [M, K] to FP8 with one scale per token per ``group_size`` of K.
+
+    Returns (q float8_e4m3fn [M, K], s fp32 [M, K // group_size], contiguous).
+    scale = max(amax, 1e-10) / 448 in fp32; q = round_to_nearest_even(x_fp32 / scale), saturated
+    to +-448 (the division is the IEEE fp32 one, so a CUDA kernel can match it bit for bit).
+    """
+    if x.dim() != 2 or x.shape[1] % group_size:
+        raise ValueError(f"x must be [M, K] with K % {group_size} == 0, got {tuple(x.shape)}")
+    m, k = x.shape
+    groups = x.float().reshape(m, k // group_size, group_size)
+    amax = groups.abs().amax(dim=-1).clamp_min(AMAX_FLOOR)
+    scale = amax / FP8_MAX
+    q = (groups / scale.unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return q.reshape(m, k), scale.contiguous()
+
+
+def dequantize_per_token_group(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`quantize_per_token_group` in fp32 (s may have any strides)."""
+    m, k = q.shape
+    group_size = k // s.shape[1]
+    return (q.float().reshape(m, -1, group_size) * s.float().unsqueeze(-1)).reshape(m, k)
+
+
+def quantize_block_fp8(w: torch.Tensor, block: int = BLOCK):
+    """Quantize a weight w [N, K] to FP8 with one fp32 scale per block x block tile.
+
+    Edge tiles (N or K not a multiple of ``block``) use the amax of the elements they hold.
+    Returns (q float8_e4m3fn [N, K], s fp32 [ceil(N/block), ceil(K/block)]).
+    """
+    if w.dim() != 2:
+        raise ValueError(f"w must be 2-D [N, K], got {tuple(w.shape)}")
+    n, k = w.shape
+    nb, kb = _ceil_div(n, block), _ceil_div(k, block)
+    padded = torch.zeros(nb * block, kb * block, dtype=torch.float32, device=w.device)
+    padded[:n, :k] = w.float()
+    tiles = padded.reshape(nb, block, kb, block)
+    amax = tiles.abs().amax(dim=(1, 3)).clamp_min(AMAX_FLOOR)
+    scale = amax / FP8_MAX
+    q = (tiles / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return q.reshape(nb * block, kb * block)[:n, :k].contiguous(), scale.contiguous()
+
+
+def expand_block_scale(s: torch.Tensor, n: int, k: int, block: int = BLOCK) -> torch.Tensor:
+    """Broadcast block scales [ceil(N/b), ceil(K/b)] to one fp32 value per element [N, K]."""
+    return s.float().repeat_interleave(block, 0)[:n].repeat_interleave(block, 1)[:, :k]
+
+
+def dequantize_block_fp8(q: torch.Tensor, s: torch.Tensor, block: int = BLOCK) -> torch.Tensor:
+    """w = q * s per block, in fp32, [N, K]."""
+    n, k = q.shape
+    return q.float() * expand_block_scale(s, n, k, block)
+
+
+# --------------------------------------------------------------------------------------------
+# NVFP4 (ModelOpt)
+# --------------------------------------------------------------------------------------------
+
+
+def _e2m1_codes(v: torch.Tensor) -> torch.Tensor:
+    """Round fp32 values (already divided by their scale) to E2M1 codes, nearest, ties to even."""
+    mag = v.abs()
+    # Midpoints between neighbouring magnitudes; '<=' at an even-mantissa upper neighbour and '<'
+    # at an odd one gives round-half-to-even on the E2M1 grid.
+    code = torch.zeros_like(mag, dtype=torch.uint8)
+    code = torch.where(mag > 0.25, 1, code)
+    code = torch.where(mag >= 0.75, 2, code)
+    code = torch.where(mag > 1.25, 3, code)
+    code = torch.where(mag >= 1.75, 4, code)
+    code = torch.where(mag > 2.5, 5, code)
+    code = torch.where(mag >= 3.5, 6, code)
+    code = torch.where(mag > 5.0, 7, code)
+    sign = (v < 0) & (code > 0)
+    return (code | (sign.to(torch.uint8) << 3)).to(torch.uint8)
+
+
+def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
+    """E2M1 codes (uint8, low 4 bits) to fp32 values."""
+    table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)
+    mag = table[(codes & 7).long()]
+    return torch.where((codes & 8) != 0, -mag, mag)
+
+
+def quantize_nvfp4(w: torch.Tensor):
+    """Quantize w [N, K] (K % 32 == 0) to ModelOpt NVFP4.
+
+    global_scale = amax(w) / (6 * 448); per 16 values scale = e4m3(amax_16 / 6 / global_scale);
+    codes = e2m1(w / (scale * global_scale)). Returns (packed uint8 [N, K/2], scale e4m3
+    [N, K/16], global_scale fp32 0-dim).
+    """
+    if w.dim() != 2 or w.shape[1] % (2 * NVFP4_GROUP):
+        raise ValueError(f"w must be [N, K] with K % 32 == 0, got {tuple(w.shape)}")
+    n, k = w.shape
+    wf = w.float()
+    global_scale = (wf.abs().amax().clamp_min(AMAX_FLOOR) / (FP4_MAX * FP8_MAX)).to(torch.float32)
+    groups = wf.reshape(n, k // NVFP4_GROUP, NVFP4_GROUP)
+    amax = groups.abs().amax(dim=-1)
+    scale = (amax / FP4_MAX / global_scale).clamp(max=FP8_MAX).to(FP8_DTYPE)
+    denom = scale.float() * global_scale
+    denom = torch.where(denom > 0, denom, torch.ones_like(denom))
+    codes = _e2m1_codes(groups / denom.unsqueeze(-1)).reshape(n, k)
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return packed.contiguous(), scale.contiguous(), global_scale
+
+
+def dequantize_nvfp4(packed: torch.Tensor, scale: torch.Tensor, global_scale) -> torch.Tensor:
+    """w = e2m1 * scale * global_scale in fp32, [N, K]."""
+    n = packed.shape[0]
+    codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(n, -1)
+    values = e2m1_decode(codes).reshape(n, -1, NVFP4_GROUP)
+    gs = torch.as_tensor(global_scale, dtype=torch.float32, device=packed.device)
+    return (values * scale.float().unsqueeze(-1) * gs).reshape(n, -1)
+
+
+# --------------------------------------------------------------------------------------------
+# GEMM / GEMV / linear references (computed in float64 so they are the "exact" answer)
+# --------------------------------------------------------------------------------------------
+
+
+def gemv_ref(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor) -> torch.Tensor:
+    """Weight-only: x [M, K] (16-bit) @ dequant(b)^T in float64 -> [M, N] float64."""
+    w = dequantize_block_fp8(b, b_scale).double()
+    return x.double() @ w.t()
+
+
+def gemm_ref(a, a_scale, b, b_scale) -> torch.Tensor:
+    """W8A8: dequant(a, 1x128) @ dequant(b, 128x128)^T in float64 -> [M, N] float64."""
+    return dequantize_per_token_group(a, a_scale).double() @ dequantize_block_fp8(b, b_scale).double().t()
+
+
+def linear_ref(x, b, b_scale, bias=None, *, quantize_activations: bool) -> torch.Tensor:
+    """The full linear in float64: weight-only (GEMV rows) or with 1x128 activation quant (W8A8)."""
+    lead, k = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, k)
+    if quantize_activations:
+        out = gemm_ref(*quantize_per_token_group(x2), b, b_scale)
+    else:
+        out = gemv_ref(x2, b, b_scale)
+    if bias is not None:
+        out = out + bias.double()
+    return out.reshape(*lead, -1)
+
+
+def nvfp4_linear_ref(x, packed, scale, global_scale, bias=None) -> torch.Tensor:
+    """Weight-only NVFP4 linear in float64."""
+    lead, k = x.shape[:-1], x.shape[-1]
+    out = x.reshape(-1, k).double() @ dequantize_nvfp4(packed, scale, global_scale).double().t()
+    if bias is not None:
+        out = out + bias.double()
+    return out.reshape(*lead, -1)
+
+
+# --------------------------------------------------------------------------------------------
+# Tolerances
+# --------------------------------------------------------------------------------------------
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    """Half an ulp at 1.0: the relative error of one round-to-nearest into ``dtype``."""
+    return {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}[dtype]
+
+
+def assert_close_to_ref(out: torch.Tensor, ref: torch.Tensor, what: str = "output") -> None:
+    """Check a 16-bit kernel output against a float64 reference of the same math.
+
+    The output is rounded once to its dtype: elementwise error <= u * |ref| with u the unit
+    roundoff. fp32 accumulation in a different order adds about sqrt(K) * 2^-24 * max|ref|, which
+    the extra u/16 * max|ref| term covers up to K ~ 10^6. In norm the rounding error averages
+    u / sqrt(3); requiring <= u catches a wrong scale or a lost block while staying deterministic.
+    NaN anywhere (a poisoned element left unwritten) fails.
+    """
+    if out.shape != ref.shape:
+        raise AssertionError(f"{what}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+    o = out.detach().double().cpu()
+    r = ref.detach().double().cpu()
+    if not torch.isfinite(o).all():
+        bad = (~torch.isfinite(o)).nonzero()[0].tolist()
+        raise AssertionError(f"{what}: non-finite value at {bad} (unwritten or overflowed)")
+    u = unit_roundoff(out.dtype)
+    scale = r.abs().max().item() if r.numel() else 0.0
+    err = (o - r).abs()
+    bound = u * r.abs() + (u / 16) * scale + 1e-30
+    if (err > bound).any():
+        idx = (err - bound).argmax()
+        coord = [int(i) for i in torch.unravel_index(idx, err.shape)]
+        raise AssertionError(
+            f"{what}: element {coord} = {o.flatten()[idx].item():.6g}, reference "
+            f"{r.flatten()[idx].item():.6g} (error {err.flatten()[idx].item():.3g} > bound "
+            f"{bound.flatten()[idx].item():.3g})"
+        )
+    rel = (torch.linalg.vector_norm(o - r) / max(torch.linalg.vector_norm(r).item(), 1e-30)).item()
+    if rel > u:
+        raise AssertionError(f"{what}: relative norm error {rel:.3g} > {u:.3g}")
+
+
+def first_mismatch(a: torch.Tensor, b: torch.Tensor):
+    """First coordinate where two tensors differ bit for bit, or None (for quantizer tests)."""
+    av = a.detach().cpu().contiguous().view(torch.uint8) if a.element_size() == 1 else a.detach().cpu()
+    bv = b.detach().cpu().contiguous().view(torch.uint8) if b.element_size() == 1 else b.detach().cpu()
+    if a.dtype == torch.float32:
+        av, bv = a.detach().cpu().contiguous().view(torch.int32), b.detach().cpu().contiguous().view(torch.int32)
+    diff = (av != bv).nonzero()
+    return None if diff.numel() == 0 else [int(i) for i in diff[0]]
+
+
+def floor_us(m: int, n: int, k: int, *, bytes_per_s: float, flops_per_s: float,
+             activation_bytes: int = 2, quantized_activations: bool = False) -> float:
+    """Memory/compute floor of a linear point (BENCHMARKS.md): max(bytes / bw, flops / peak).
+
+    bytes = fp8 weight + fp32 block scales + activations read once + 16-bit output written once.
+    """
+    weight = n * k + 4 * math.ceil(n / BLOCK) * math.ceil(k / BLOCK)
+    act = m * k * (1 if quantized_activations else activation_bytes)
+    if quantized_activations:
+        act += 4 * m * math.ceil(k / BLOCK)
+    total = weight + act + 2 * m * n
+    return max(total / bytes_per_s, 2.0 * m * n * k / flops_per_s) * 1e6

@@ -1,0 +1,76 @@
+"""Named problem shapes, shared by tests, benchmarks and evals.
+
+A weight shape is (N, K): the linear layer maps K input features to N outputs. M (tokens) is
+chosen separately from the M sets below.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class WeightShape(NamedTuple):
+    name: str
+    n: int
+    k: int
+
+
+# Qwen3-8B (hidden 4096, 32 q heads / 8 kv heads of 128, intermediate 12288), tensor parallel 1.
+QWEN3_8B = (
+    WeightShape("qwen3-8b.qkv", 6144, 4096),
+    WeightShape("qwen3-8b.o", 4096, 4096),
+    WeightShape("qwen3-8b.gate_up", 24576, 4096),
+    WeightShape("qwen3-8b.down", 4096, 12288),
+)
+
+# DeepSeek-V3 dense and attention projections (hidden 7168).
+DEEPSEEK_V3 = (
+    WeightShape("dsv3.2112x7168", 2112, 7168),
+    WeightShape("dsv3.24576x1536", 24576, 1536),
+    WeightShape("dsv3.32768x512", 32768, 512),
+    WeightShape("dsv3.7168x16384", 7168, 16384),
+    WeightShape("dsv3.4096x7168", 4096, 7168),
+    WeightShape("dsv3.7168x2048", 7168, 2048),
+)
+
+# Shapes measured by the seed experiments (ORT FP8 GEMV on the same H200).
+SEEDS = (
+    WeightShape("seed.8192x2048", 8192, 2048),
+    WeightShape("seed.5120x6144", 5120, 6144),
+    WeightShape("seed.6144x5120", 6144, 5120),
+    WeightShape("seed.5120x17408", 5120, 17408),
+    WeightShape("seed.11008x4096", 11008, 4096),
+)
+
+# The set ../shared/BENCHMARKS.md reports peers on.
+BENCHMARK_SET = QWEN3_8B + DEEPSEEK_V3 + SEEDS
+
+# Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
+RAGGED = (
+    WeightShape("dsv3.kv_a.576x7168", 576, 7168),
+    WeightShape("ragged.2112x2048", 2112, 2048),
+    WeightShape("ragged.200x384", 200, 384),
+)
+
+# K that no kernel supports (not a multiple of 16): must raise a clear error.
+UNSUPPORTED_K = WeightShape("bad.1024x3884", 1024, 3884)
+
+# Small shapes for fast correctness tests of every tile row.
+SMALL = (
+    WeightShape("small.256x512", 256, 512),
+    WeightShape("small.384x1024", 384, 1024),
+) + RAGGED
+
+DECODE_M = (1, 2, 4, 8, 16)
+MID_M = (32, 64, 128, 256)
+PREFILL_M = (1024, 2048, 4096, 8192)
+ADVERSARIAL_M = (1, 7, 83)
+QUANT_M = (1, 16, 128, 1024, 2048, 4096, 8192)
+
+
+def by_name(name: str) -> WeightShape:
+    """Look a shape up by its name across every set in this module."""
+    for shape in BENCHMARK_SET + RAGGED + SMALL + (UNSUPPORTED_K,):
+        if shape.name == name:
+            return shape
+    raise KeyError(f"unknown shape {name!r}")

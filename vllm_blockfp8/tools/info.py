@@ -1,0 +1,99 @@
+"""``blockfp8 info``: versions, the GPU, what the extension was compiled for, the tile tables.
+
+Every probe is defensive: a missing vLLM, a missing or broken extension, or no GPU is reported as
+such instead of failing, so ``info`` is the first thing to run when something does not work.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+
+FAMILIES = ("linear", "gemv", "gemm")
+
+
+def _dist_version(name: str):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def collect() -> dict:
+    """Everything ``info`` prints, as plain JSON-serializable data."""
+    import torch
+
+    from vllm_blockfp8.tools import package_version
+
+    info = {"vllm_blockfp8": package_version(), "vllm": _dist_version("vllm"), "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda, "gpu": None}
+    try:
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            info["gpu"] = {"name": torch.cuda.get_device_name(0), "capability": f"{major}.{minor}",
+                           "sm": f"sm_{major}{minor}", "count": torch.cuda.device_count()}
+    except Exception as e:  # a broken driver must not hide the rest of the report
+        info["gpu_error"] = _error(e)
+    try:
+        from vllm_blockfp8 import ops
+    except Exception as e:
+        info["extension"] = {"compiled": False, "error": f"cannot import vllm_blockfp8.ops: {_error(e)}"}
+        info["tile_tables"] = {}
+        return info
+    try:
+        info["extension"] = dict(ops.build_info())
+    except Exception as e:
+        info["extension"] = {"compiled": False, "error": _error(e)}
+    tables = {}
+    for family in FAMILIES:
+        try:
+            tables[family] = [dict(row) for row in ops.tile_table(family)]
+        except Exception as e:
+            tables[family] = {"error": _error(e)}
+    info["tile_tables"] = tables
+    return info
+
+
+def render(info: dict) -> str:
+    lines = [f"vllm_blockfp8  {info['vllm_blockfp8']}",
+             f"vLLM           {info['vllm'] or 'not installed'}",
+             f"torch          {info['torch']} (CUDA {info['torch_cuda'] or 'none: CPU build'})"]
+    gpu = info.get("gpu")
+    if gpu:
+        lines.append(f"GPU            {gpu['name']} x{gpu['count']}, compute capability {gpu['capability']} "
+                     f"({gpu['sm']})")
+    else:
+        lines.append(f"GPU            no CUDA GPU{' (' + info['gpu_error'] + ')' if 'gpu_error' in info else ''}"
+                     ": the pure-PyTorch reference backend runs, kernels do not")
+    ext = info.get("extension", {})
+    if ext.get("error"):
+        lines.append(f"extension      not available: {ext['error']}")
+    else:
+        archs = ", ".join(str(a) for a in ext.get("archs", [])) or "none"
+        lines.append(f"extension      {'compiled' if ext.get('compiled') else 'not compiled'}; archs: {archs}")
+        for family, detail in sorted(ext.get("families", {}).items()):
+            lines.append(f"  {family:<12} {detail}")
+        if ext.get("import_error"):
+            lines.append(f"  extension import failed: {ext['import_error']}")
+    for family, rows in info.get("tile_tables", {}).items():
+        if isinstance(rows, dict):
+            lines.append(f"tile table {family}: error: {rows['error']}")
+        elif not rows:
+            lines.append(f"tile table {family}: empty (no GPU or no extension)")
+        else:
+            lines.append(f"tile table {family} (first row with M <= max_m wins):")
+            for i, row in enumerate(rows):
+                max_m = row.get("max_m")
+                bound = "inf" if max_m is None or max_m < 0 or max_m >= 2**31 else max_m  # last row: unbounded
+                lines.append(f"  {i:>2}  max_m {bound!s:>6}  {row.get('name', '?'):<36} {row.get('reason', '')}")
+    return "\n".join(lines)
+
+
+def main(as_json: bool = False) -> int:
+    info = collect()
+    print(json.dumps(info, indent=2) if as_json else render(info))
+    return 0
