@@ -110,40 +110,67 @@ def test_bench_without_benchmarks_dir(monkeypatch, tmp_path, capsys):
     assert "source checkout" in capsys.readouterr().err
 
 
+@pytest.fixture
+def fresh_benchmarks_package():
+    """Each test imports `benchmarks` from its own directory: forget any copy imported before."""
+    def ours(name):
+        return name == "benchmarks" or name.startswith("benchmarks.")
+
+    saved = {k: v for k, v in sys.modules.items() if ours(k)}
+    for k in saved:
+        del sys.modules[k]
+    yield
+    for k in [k for k in sys.modules if ours(k)]:
+        del sys.modules[k]
+    sys.modules.update(saved)
+
+
 def _fake_benchmarks(tmp_path):
+    """benchmarks/ as a package whose scripts import a sibling relatively, like the real ones."""
     root = tmp_path / "benchmarks"
     root.mkdir()
-    (root / "_harness.py").write_text("CALLS = []\n")
-    for op in ("gemv", "gemm"):
-        (root / f"bench_{op}.py").write_text(
-            "import json, sys, _harness\n"
-            f"def main(argv):\n    _harness.CALLS.append(('{op}', argv))\n"
-            f"    open({str(root / 'calls.jsonl')!r}, 'a').write(json.dumps(['{op}', argv]) + '\\n')\n"
+    (root / "__init__.py").write_text("")
+    (root / "harness.py").write_text(f"LOG = {str(root / 'calls.jsonl')!r}\n")
+    for stem in ("bench_gemv", "bench_gemm"):
+        (root / f"{stem}.py").write_text(
+            "import json\nfrom . import harness\n"
+            f"def main(argv):\n    open(harness.LOG, 'a').write(json.dumps(['{stem}', argv]) + '\\n')\n"
             "    return 0\n")
     return root
 
 
-def test_bench_without_gpu(monkeypatch, tmp_path, capsys):
+def test_bench_without_gpu(monkeypatch, tmp_path, capsys, fresh_benchmarks_package):
     monkeypatch.setattr(cli, "benchmarks_dir", lambda: _fake_benchmarks(tmp_path))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert cli.main(["bench"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
 
 
-def test_bench_runs_scripts_with_arguments(monkeypatch, tmp_path):
+def test_bench_runs_scripts_with_arguments(monkeypatch, tmp_path, fresh_benchmarks_package):
     root = _fake_benchmarks(tmp_path)
     monkeypatch.setattr(cli, "benchmarks_dir", lambda: root)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert cli.main(["bench", "--op", "gemm", "--shapes", "qwen3-8b.o", "--m", "1", "16", "--json", "r.json",
-                     "--quick", "--", "--graphs", "0"]) == 0
+    assert cli.main(["bench", "--op", "linear", "--shapes", "qwen3-8b.o", "dsv3", "--m", "1", "16", "--json",
+                     "r.json", "--quick", "--", "--rows"]) == 0
     assert cli.main(["bench", "--json", "out/r.json", "--plot", "p.png"]) == 0
     calls = [json.loads(line) for line in (root / "calls.jsonl").read_text().splitlines()]
     assert calls == [
-        ["gemm", ["--shapes", "qwen3-8b.o", "--m", "1", "16", "--json", "r.json", "--quick", "--graphs", "0"]],
-        ["gemv", ["--json", "out/r.gemv.json", "--plot", "p.gemv.png"]],
-        ["gemm", ["--json", "out/r.gemm.json", "--plot", "p.gemm.png"]],
+        ["bench_gemm", ["--ops", "linear", "--shapes", "qwen3-8b.o,dsv3", "--m", "1,16", "--json", "r.json",
+                        "--quick", "--rows"]],
+        ["bench_gemv", ["--json", "out/r.gemv.json", "--plot", "p.gemv.png"]],
+        ["bench_gemm", ["--json", "out/r.gemm.json", "--plot", "p.gemm.png"]],
     ]
     assert cli.main(["bench", "--op", "quant"]) == 2  # its script is absent here
+
+
+def test_bench_dry_run_of_the_real_script(tmp_path, fresh_benchmarks_package):
+    """--dry-run needs no GPU: the repository's bench_quant runs its table/JSON code on fake timings."""
+    if not (cli.benchmarks_dir() / "bench_quant.py").is_file():
+        pytest.skip("benchmarks/bench_quant.py not in this checkout")
+    out, plot = tmp_path / "quant.json", tmp_path / "quant.png"
+    assert cli.main(["bench", "--op", "quant", "--quick", "--dry-run", "--m", "1", "1024", "--json", str(out),
+                     "--plot", str(plot), "--", "--peers", "none"]) == 0
+    assert out.is_file() and plot.is_file()
 
 
 def test_demo_passes_arguments_through(monkeypatch, tmp_path):

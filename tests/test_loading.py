@@ -122,10 +122,11 @@ def test_qkv_parallel(tp, rank, seeded):
     kv_per_rank = max(KV_HEADS // tp, 1) * HEAD
     kv_rank = rank // max(tp // KV_HEADS, 1)
     q_per_rank = Q_HEADS // tp * HEAD
-    parts = [(_rows(ckpt["q"][0], rank * q_per_rank, q_per_rank), _rows(ckpt["q"][1], rank * q_per_rank // B, q_per_rank // B))]
-    for shard in ("k", "v"):
+    parts = []
+    for shard, start, size in (("q", rank * q_per_rank, q_per_rank), ("k", kv_rank * kv_per_rank, kv_per_rank),
+                               ("v", kv_rank * kv_per_rank, kv_per_rank)):
         q, s = ckpt[shard]
-        parts.append((_rows(q, kv_rank * kv_per_rank, kv_per_rank), _rows(s, kv_rank * kv_per_rank // B, kv_per_rank // B)))
+        parts.append((_rows(q, start, size), _rows(s, start // B, size // B)))
     wq = torch.cat([p[0].view(torch.uint8) for p in parts]).view(torch.float8_e4m3fn)
     ws = torch.cat([p[1] for p in parts])
     assert_bits_equal(layer.weight.data, wq, "qkv weight")

@@ -208,6 +208,22 @@ def test_opcheck_fp8_ops(name):
     torch.library.opcheck(op, args, test_utils=FP8_OPCHECK)
 
 
+def test_fakes_match_real_layout():
+    """opcheck compares strides only for CUDA tensors (torch._prims_common check_significant_strides
+    has only_cuda=True), yet the GEMM reads s through its M-major strides: compare them here."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    cases = [(torch.ops.blockfp8.per_token_group_quant.default, (_activations(m, 256, torch.bfloat16, _gen(m)), 128))
+             for m in (1, 3, 5, 8)] + list(_opcheck_cases().values())
+    for op, args in cases:
+        real = op(*args)
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fake = op(*[mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args])
+        for r, f in zip(real if isinstance(real, tuple) else (real,), fake if isinstance(fake, tuple) else (fake,)):
+            meta = lambda t: (t.dtype, tuple(t.shape), t.stride(), t.storage_offset())  # noqa: E731
+            assert meta(f) == meta(r), f"{op}: fake {meta(f)} != real {meta(r)}"
+
+
 def test_host_ops_without_extension():
     if ops.HAS_CUDA_KERNELS and torch.cuda.is_available():
         pytest.skip("the extension is built and a GPU is present: tables are not empty")
@@ -244,7 +260,8 @@ def _bad_cases():
         "K % 16 (linear)": (lambda: ops.blockfp8_linear(x_bad_k, b_bad_k, bs_bad_k), rf"^K = {bad.k} is not supported"),
         "K % 16 (gemv)": (lambda: ops.blockfp8_gemv(x_bad_k, b_bad_k, bs_bad_k), rf"^K = {bad.k} is not supported"),
         "K % 16 (quant)": (lambda: ops.per_token_group_quant(x_bad_k, 128), rf"^K = {bad.k} must be a multiple"),
-        "b_scale shape": (lambda: ops.blockfp8_linear(x, b, bs[:, :3].contiguous()), r"^b_scale must have shape .*\[2, 4\]"),
+        "b_scale shape": (lambda: ops.blockfp8_linear(x, b, bs[:, :3].contiguous()),
+                          r"^b_scale must have shape .*\[2, 4\]"),
         "b_scale dtype": (lambda: ops.blockfp8_linear(x, b, bs.double()), r"^b_scale must be float32"),
         "b_scale non-contiguous": (lambda: ops.blockfp8_linear(x, b, bs.t().contiguous().t()),
                                    r"^b_scale must be contiguous"),
@@ -254,7 +271,8 @@ def _bad_cases():
         "group_size": (lambda: ops.per_token_group_quant(x, 64), r"^group_size must be 128"),
         "quant x dtype": (lambda: ops.per_token_group_quant(x.float(), 128), r"^x must be bfloat16"),
         "gemm a dtype": (lambda: ops.blockfp8_gemm(x, a_scale, b, bs), r"^a must be float8_e4m3fn"),
-        "gemm a_scale shape": (lambda: ops.blockfp8_gemm(a, a_scale[:2], b, bs), r"^a_scale must be float32 \[M, K/128\]"),
+        "gemm a_scale shape": (lambda: ops.blockfp8_gemm(a, a_scale[:2], b, bs),
+                               r"^a_scale must be float32 \[M, K/128\]"),
         "gemm out_dtype": (lambda: ops.blockfp8_gemm(a, a_scale, b, bs, torch.float32), r"^out_dtype must be"),
         "gemm K % 128": (lambda: ops.blockfp8_gemm(a[:, :496], a_scale, b[:, :496].contiguous(), bs),
                          r"^K = 496 is not supported: it must be a multiple of 128"),

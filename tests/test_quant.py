@@ -63,8 +63,9 @@ def _check(q: torch.Tensor, s: torch.Tensor, x: torch.Tensor, what: str) -> None
     assert s.stride() == (1, -(-m // 4) * 4), f"{what}: s strides {s.stride()} are not M-major"
     bad = reference.first_mismatch(q, rq)
     if bad is not None:
-        raise AssertionError(f"{what}: q differs first at {bad}: kernel byte {q[tuple(bad)].view(torch.uint8).item():#04x}, "
-                             f"reference {rq[tuple(bad)].view(torch.uint8).item():#04x}, x = {x[tuple(bad)].item()!r}")
+        got, want = (t[tuple(bad)].view(torch.uint8).item() for t in (q, rq))
+        raise AssertionError(f"{what}: q differs first at {bad}: kernel byte {got:#04x}, reference {want:#04x}, "
+                             f"x = {x[tuple(bad)].item()!r}")
     bad = reference.first_mismatch(s.cpu().contiguous(), rs)
     if bad is not None:
         raise AssertionError(f"{what}: s differs first at {bad}: kernel {s[tuple(bad)].item()!r}, "

@@ -22,7 +22,7 @@
 # Environment: LAYERS (36; the serving model's depth), QUICK=1 (latency/throughput/serve_sweep/
 # loadtest with --quick on the 4-layer model), VARIANTS (run_serving's, default
 # blockfp8,vllm-fp8-block,bf16; split a stage across calls with it), THROUGHPUT_CASES
-# (prefill,mixed), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
+# (prefill,mixed; prefill with QUICK=1), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
 # Models are made once and kept in /tmp while the machine stays warm: /tmp/q3-<L>L (make_qwen3_8b),
 # /tmp/smollm2 (gguf_to_hf.py) and /tmp/smollm2-fp8 (python -m vllm_blockfp8 quantize).
 set -uo pipefail
@@ -47,6 +47,8 @@ SMOL_FP8=/tmp/smollm2-fp8
 GGUF=/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf
 VARIANTS=${VARIANTS:-blockfp8,vllm-fp8-block,bf16}
 LOADTEST_MIN=${LOADTEST_MIN:-3}
+LMEVAL_SITE=/tmp/lmeval_site
+export PYTHONPATH=$LMEVAL_SITE${PYTHONPATH:+:$PYTHONPATH}
 T0=$(date +%s)
 
 # End what a killed stage left behind: the sessions our Python drivers started, by id.
@@ -85,42 +87,50 @@ step() {
 
 cap() { local v="CAP_$1"; echo "${!v:-$2}"; }
 
-need_q3() {  # need_q3 DIR LAYERS: a Qwen3-8B-shaped block-FP8 checkpoint (bf16 weights if <= 8 layers)
+missing() {  # missing NAME WHY: a summary row for a stage whose inputs are not there
+  echo "$1: $2" | tee -a "$E2E/e2e.log"
+  printf '%s\t%s\t0\t%s\n' "$1" 3 "not run: $2" >> "$SUMMARY"
+  return 3
+}
+
+need_q3() {  # need_q3 DIR LAYERS: Qwen3-8B-shaped block-FP8 checkpoint (+ bf16 weights if <= 8 layers)
   [ -f "$1/manifest.json" ] && return 0
   local extra=()
   [ "$2" -le 8 ] && extra=(--bf16-weights)
-  step "prep_$(basename "$1")" 300 "$PY" benchmarks/serving/make_qwen3_8b.py "$1" --layers "$2" "${extra[@]}"
+  step "prep_$(basename "$1")" 300 "$PY" benchmarks/serving/make_qwen3_8b.py "$1" --layers "$2" \
+    "${extra[@]}"
 }
 
 need_smol() {
   if [ ! -f "$SMOL/config.json" ]; then
-    [ -f "$GGUF" ] || { echo "no $SMOL and no $GGUF: unpack the SmolLM2 archive first" | tee -a "$E2E/e2e.log"; return 1; }
+    [ -f "$GGUF" ] || { missing prep_smollm2 "no $GGUF: unpack the SmolLM2 archive"; return 1; }
     step prep_smollm2 300 "$PY" /tmp/vk_tools/gguf_to_hf.py "$GGUF" "$SMOL" || return 1
   fi
   [ -f "$SMOL_FP8/config.json" ] && return 0
-  step prep_smollm2_fp8 300 "$PY" -m vllm_blockfp8 quantize "$SMOL" "$SMOL_FP8" --format fp8-block --no-progress
+  step prep_smollm2_fp8 300 "$PY" -m vllm_blockfp8 quantize "$SMOL" "$SMOL_FP8" --format fp8-block \
+    --no-progress
 }
 
-need_lmeval() {
+need_lmeval() {  # lm-eval from wheels carried in .whl/lmeval (README: evals)
   "$PY" -c 'import lm_eval' 2>/dev/null && return 0
-  ls .whl/lmeval/*.whl > /dev/null 2>&1 || { echo "lm-eval missing and no .whl/lmeval/*.whl" | tee -a "$E2E/e2e.log"; return 1; }
-  "$PY" -m pip install -q --no-deps --no-index --target /tmp/lmeval_site .whl/lmeval/*.whl > "$E2E/prep_lmeval.log" 2>&1
-  export PYTHONPATH=/tmp/lmeval_site:$PYTHONPATH
-  "$PY" -c 'import lm_eval, datasets; print("lm_eval", lm_eval.__version__, "datasets", datasets.__version__)' >> "$E2E/prep_lmeval.log" 2>&1
+  ls .whl/lmeval/*.whl > /dev/null 2>&1 || { missing prep_lmeval "no lm_eval and no .whl/lmeval/*.whl"; return 1; }
+  step prep_lmeval 120 "$PY" -m pip install --no-deps --no-index --target "$LMEVAL_SITE" .whl/lmeval/*.whl \
+    && "$PY" -c 'import lm_eval, datasets; print("lm_eval", lm_eval.__version__, "datasets", datasets.__version__)'
 }
 
 serving() {  # serving NAME CAP MODEL_DIR run_serving-args...
   local name=$1 c=$2 dir=$3
   shift 3
-  step "$name" "$c" "$PY" benchmarks/serving/run_serving.py --fp8block "$dir/fp8block" --bf16 "$dir/bf16" \
-    --out "$E2E/$name" --budget-s $(( c - 50 )) "$@"
+  step "$name" "$c" "$PY" benchmarks/serving/run_serving.py --fp8block "$dir/fp8block" \
+    --bf16 "$dir/bf16" --out "$E2E/$name" --budget-s $(( c - 50 )) "$@"
 }
 
 {
   echo "# $(date -u +%FT%TZ) stages: $*"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   "$PY" -c 'import torch, vllm; print("torch", torch.__version__, "vllm", vllm.__version__)'
-  "$PY" -c 'import importlib.metadata as m; print("vllm plugins:", [e.name for e in m.entry_points(group="vllm.general_plugins")])'
+  "$PY" -c 'import importlib.metadata as m
+print("vllm plugins:", [e.name for e in m.entry_points(group="vllm.general_plugins")])'
 } > "$E2E/env.txt" 2>&1
 cat "$E2E/env.txt"
 QFLAG=()
@@ -136,7 +146,8 @@ for stage in "$@"; do
         "$Q3S/fp8block" --attention-backend TRITON_ATTN --quantization blockfp8 ;;
     fidelity)
       need_smol && step fidelity "$(cap fidelity 420)" "$PY" -m evals.fidelity --bf16 "$SMOL" \
-        --fp8block "$SMOL_FP8" --out "$E2E/fidelity-smollm2" --timeout-s 150 ;;
+        --fp8block "$SMOL_FP8" --out "$E2E/fidelity-smollm2" --timeout-s 150 \
+        || [ -f "$SMOL/config.json" ] || missing fidelity "no SmolLM2 (fidelity_q3 runs without it)" ;;
     fidelity_q3)
       need_q3 "$Q3S" 4 && step fidelity_q3 "$(cap fidelity_q3 420)" "$PY" -m evals.fidelity \
         --bf16 "$Q3S/bf16" --fp8block "$Q3S/fp8block" --out "$E2E/fidelity-q3" --timeout-s 200 ;;
@@ -144,13 +155,15 @@ for stage in "$@"; do
       # SmolLM2 when its archive is there; else the random 4-layer model, where accuracy is chance
       # but agreement with bf16 (agree, dll) still measures the numerics.
       if need_lmeval; then
-        if need_smol; then M=("$SMOL" "$SMOL_FP8"); else need_q3 "$Q3S" 4; M=("$Q3S/bf16" "$Q3S/fp8block"); fi
+        if need_smol; then M=("$SMOL" "$SMOL_FP8")
+        else need_q3 "$Q3S" 4 || continue; M=("$Q3S/bf16" "$Q3S/fp8block"); fi
         step lm_eval "$(cap lm_eval 420)" "$PY" -m evals.run_lm_eval --bf16 "${M[0]}" \
           --fp8block "${M[1]}" --out "$E2E/lm_eval" --timeout-s 150
       fi ;;
     latency|throughput)
       need_q3 "$Q3" "$LAYERS" && serving "$stage" "$(cap "$stage" 480)" "$Q3" --stages "$stage" \
-        --variants "$VARIANTS" --throughput-cases "${THROUGHPUT_CASES:-prefill,mixed}" "${QFLAG[@]}" ;;
+        --variants "$VARIANTS" ${THROUGHPUT_CASES:+--throughput-cases "$THROUGHPUT_CASES"} \
+        "${QFLAG[@]}" ;;
     serve_sweep)
       need_q3 "$Q3" "$LAYERS" && serving serve_sweep "$(cap serve_sweep 480)" "$Q3" --stages serve \
         --variants "$VARIANTS" "${QFLAG[@]}" ;;
@@ -158,9 +171,10 @@ for stage in "$@"; do
       need_q3 "$Q3S" 4 && serving serving_quick "$(cap serving_quick 420)" "$Q3S" \
         --stages latency,throughput,serve --variants "$VARIANTS" --quick ;;
     loadtest)
-      need_q3 "$Q3" "$LAYERS" && serving loadtest "$(cap loadtest $(( LOADTEST_MIN * 60 + 240 )))" "$Q3" \
-        --loadtest --minutes "$LOADTEST_MIN" --loadtest-concurrency "${LOADTEST_CONC:-128}" "${QFLAG[@]}" ;;
-    *) echo "unknown stage: $stage" | tee -a "$E2E/e2e.log"; printf '%s\t2\t0\tunknown stage\n' "$stage" >> "$SUMMARY" ;;
+      need_q3 "$Q3" "$LAYERS" && serving loadtest "$(cap loadtest $(( LOADTEST_MIN * 60 + 240 )))" \
+        "$Q3" --loadtest --minutes "$LOADTEST_MIN" --loadtest-concurrency "${LOADTEST_CONC:-128}" \
+        "${QFLAG[@]}" ;;
+    *) missing "$stage" "unknown stage" ;;
   esac
 done
 

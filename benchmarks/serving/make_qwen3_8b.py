@@ -2,9 +2,10 @@
 
 Shapes are Qwen3-8B's (hidden 4096, 36 layers, 32 query / 8 KV heads of 128, intermediate 12288,
 vocab 151936, rope theta 1e6, untied embeddings); weights are N(0, std) (0.02 by default; lm_head
-0.1, see --lm-head-std), norms 1, drawn on the GPU and quantized with ``vllm_blockfp8.reference.quantize_block_fp8`` (128x128 blocks), so
-the FP8 bytes and scales look like a real checkpoint's: no zero weights, which would make FP8
-tensor cores draw less power and time optimistically.
+0.1, see --lm-head-std), norms 1, drawn on the GPU and quantized with
+``vllm_blockfp8.reference.quantize_block_fp8`` (128x128 blocks), so the FP8 bytes and scales look
+like a real checkpoint's: no zero weights, which would make FP8 tensor cores draw less power and
+time optimistically.
 
 Output (OUT/):
   fp8block/  config.json with quantization_config {quant_method fp8, fmt e4m3, activation_scheme

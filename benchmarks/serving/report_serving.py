@@ -16,7 +16,7 @@ def _fmt(v, digits: int = 4) -> str:
         return ""
     if isinstance(v, float):
         return f"{v:.{digits}g}"
-    return str(v)
+    return str(v).replace("|", "\\|")
 
 
 def _table(rows: list[dict], cols: list[tuple[str, str]]) -> str:

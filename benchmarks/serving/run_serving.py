@@ -16,9 +16,10 @@ Variants: ``blockfp8`` (FP8 checkpoint, --quantization blockfp8), ``vllm-fp8-blo
 --quantization fp8: per-tensor), ``bf16`` (alias ``none``). A bf16 directory without safetensors
 is loaded with ``--load-format dummy`` (see make_qwen3_8b.py for why the FP8 one never is).
 
-``--quick``: fewer iterations and prompts, smaller CUDA-graph set, and no torch.compile (full
-CUDA graphs for decode only, ``-cc {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}``) so each
-engine starts in ~20-30 s; numbers are indicative only. Pair it with a --layers 4 checkpoint.
+``--quick``: fewer iterations and prompts, the prefill throughput case only, a smaller CUDA-graph
+set and no torch.compile (full CUDA graphs for decode only, ``-cc {"mode": 0, "cudagraph_mode":
+"FULL_DECODE_ONLY"}``) so each of the 9 engine starts takes ~20-30 s: ~6 minutes for three
+variants; numbers are indicative only. Pair it with a --layers 4 checkpoint.
 
 Writes OUT/serving.json (every run, its command and its parsed metrics; rewritten after each run, so
 a killed run keeps what finished), OUT/results.md, OUT/serving.png, OUT/logs/*.log; prints a
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -55,6 +57,7 @@ class Bench:
     def __init__(self, a: argparse.Namespace):
         self.a, self.p = a, QUICK if a.quick else FULL
         self.t0 = time.time()
+        self.gpu = gpu_name()
         self.runs: list[dict] = []
         (a.out / "logs").mkdir(parents=True, exist_ok=True)
 
@@ -93,6 +96,9 @@ class Bench:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 rc = 124
+            except BaseException:  # interrupted (SIGTERM from an outer cap): take the run along
+                stop(proc)
+                raise
         return rc, time.time() - t, log
 
     def record(self, **row) -> dict:
@@ -101,6 +107,7 @@ class Bench:
             row["error"] = tail(row.get("log"))
         else:
             row["status"] = "ok"
+        row["kernel_log"] = kernel_lines(row.get("log"))
         row["log"] = str(row.get("log", ""))
         self.runs.append(row)
         self.save()
@@ -110,7 +117,7 @@ class Bench:
 
     def save(self) -> None:
         meta = {"quick": self.a.quick, "params": self.p, "fp8block": str(self.a.fp8block),
-                "bf16": str(self.a.bf16), "gpu": gpu_name(), "elapsed_s": time.time() - self.t0}
+                "bf16": str(self.a.bf16), "gpu": self.gpu, "elapsed_s": time.time() - self.t0}
         (self.a.out / "serving.json").write_text(json.dumps({"meta": meta, "runs": self.runs},
                                                             indent=2, default=str))
 
@@ -145,8 +152,9 @@ class Bench:
             if rc == 0:
                 r = json.loads(js.read_text())
                 el = r["elapsed_time"]
-                row.update(elapsed_s=el, tok_s=r["tokens_per_second"], req_s=r["requests_per_second"],
-                           input_tok_s=n * il / el, output_tok_s=n * ol / el)
+                row.update(elapsed_s=el, tok_s=r["tokens_per_second"],
+                           req_s=r["requests_per_second"], input_tok_s=n * il / el,
+                           output_tok_s=n * ol / el)
             self.record(**row)
 
     def start_server(self, v: str, tag: str):
@@ -161,12 +169,16 @@ class Bench:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         note_pid(proc.pid)
         t, wait = time.time(), min(self.p["server_wait"], self.left())
-        while time.time() - t < wait:
-            if proc.poll() is not None:
-                break
-            if healthy(port):
-                return proc, port, model, log, time.time() - t
-            time.sleep(2)
+        try:
+            while time.time() - t < wait:
+                if proc.poll() is not None:
+                    break
+                if healthy(port):
+                    return proc, port, model, log, time.time() - t
+                time.sleep(2)
+        except BaseException:
+            stop(proc)
+            raise
         stop(proc)
         return None, port, model, log, time.time() - t
 
@@ -267,6 +279,19 @@ def tail(log, n: int = 3) -> str:
     return " | ".join(lines[-n:])[-300:]
 
 
+KERNEL_HINT = re.compile(r"(?i)deep_?gemm|cutlass|blockfp8|fp8.*(kernel|linear|backend)")
+
+
+def kernel_lines(log, n: int = 4) -> list[str]:
+    """The log lines that say which GEMM backend each variant ended up on (first n)."""
+    p = Path(log) if log else None
+    if not p or not p.exists():
+        return []
+    hits = [ln.strip()[-200:] for ln in p.read_text(errors="replace").splitlines()
+            if KERNEL_HINT.search(ln) and "args" not in ln and not ln.startswith(VLLM[0])]
+    return list(dict.fromkeys(hits))[:n]
+
+
 def note_pid(pid: int) -> None:
     """Append a started session's pid to $BLOCKFP8_PIDFILE, so a caller that had to SIGKILL this
     script (tools/h200_e2e.sh) can still end the vLLM server it left behind, by id."""
@@ -309,8 +334,8 @@ def free_port(preferred: int) -> int:
 
 def gpu_name() -> str:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
         return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -326,14 +351,15 @@ def main() -> int:
                                  epilog="\n".join(__doc__.splitlines()[2:]))
     ap.add_argument("--fp8block", type=Path, required=True, help="block-FP8 checkpoint directory")
     ap.add_argument("--bf16", type=Path, required=True,
-                    help="bf16 checkpoint directory (config + tokenizer only: dummy weights)")
+                    help="bf16 checkpoint directory (without safetensors: --load-format dummy)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--variants", default="blockfp8,vllm-fp8-block,bf16",
                     help=f"comma list of {list(VARIANTS)} (aliases {ALIASES})")
     ap.add_argument("--stages", default="latency,throughput,serve")
     ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
                     default=[1, 4, 16, 64])
-    ap.add_argument("--throughput-cases", default="prefill,mixed")
+    ap.add_argument("--throughput-cases", default=None,
+                    help="prefill,mixed (default; --quick: prefill only, to fit ~6 minutes)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--compile", action="store_true", help="keep torch.compile in --quick")
     ap.add_argument("--gpu-mem", type=float, default=0.85)
@@ -347,6 +373,7 @@ def main() -> int:
     ap.add_argument("--loadtest-concurrency", type=int, default=128)
     ap.add_argument("--minutes", type=float, default=3.0, help="load test duration")
     a = ap.parse_args()
+    a.throughput_cases = a.throughput_cases or ("prefill" if a.quick else "prefill,mixed")
     variants = [ALIASES.get(v, v) for v in a.variants.split(",") if v]
     bad = [v for v in variants if v not in VARIANTS] + [
         s for s in a.stages.split(",") if s not in ("latency", "throughput", "serve")] + [

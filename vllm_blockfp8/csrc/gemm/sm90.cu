@@ -37,14 +37,16 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason) 
 // H200 measurements replace them. Instantiated in: sm90_swapab_streamk_128x32x128.cu,
 // sm90_swapab_streamk_128x64x128.cu, sm90_coop_streamk_128x128x128.cu, sm90_coop_128x128x128_c1x2.cu.
 const Sm90Row kRows[] = {
-  make_row<Config<true, 128, 32, 1, 1, Schedule::kStreamK>>("sm90_swapab_streamk_128x32x128", 32,
+  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK>>("sm90_swapab_streamk_128x32x128", 32,
       "tokens on the narrow wgmma N side (n32) waste no MMA rows; stream-K spreads the few n/128 tiles' K over all SMs"),
-  make_row<Config<true, 128, 64, 1, 1, Schedule::kStreamK>>("sm90_swapab_streamk_128x64x128", 64,
+  make_row<Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK>>("sm90_swapab_streamk_128x64x128", 64,
       "m in (32, 64] in one n64 token tile, so each weight tile is streamed once; stream-K fills the SMs"),
-  make_row<Config<false, 128, 128, 1, 1, Schedule::kStreamK>>("sm90_coop_streamk_128x128x128", 2048,
+  make_row<Config<false, 128, 128, 1, 1, Schedule::kCooperativeStreamK>>("sm90_coop_streamk_128x128x128", 2048,
       "128x128 cooperative; stream-K removes the partial last wave while tiles are only a few waves"),
-  make_row<Config<false, 128, 128, 1, 2, Schedule::kPersistent>>("sm90_coop_128x128x128_c1x2", kUnboundedM,
+  make_row<Config<false, 128, 128, 1, 2, Schedule::kCooperative>>("sm90_coop_128x128x128_c1x2", kUnboundedM,
       "many waves: data-parallel persistent tiles, 1x2 cluster multicasts the A tile to both N tiles; no workspace"),
+  make_row<Config<false, 64, 128, 1, 1, Schedule::kPingpong>>("sm90_pingpong_64x128x128", kUnboundedM,
+      "experiment"),
 };
 // clang-format on
 

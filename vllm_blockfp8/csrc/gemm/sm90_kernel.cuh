@@ -66,10 +66,13 @@ struct Gemm {
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-  // Cooperative rather than ping-pong: the per-block promotion FMAs of one warpgroup overlap the
-  // other warpgroup's wgmma, and only the cooperative kernel takes the stream-K scheduler.
-  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  static constexpr bool kPingpong = Cfg::kSchedule == Schedule::kPingpong;
+  static constexpr bool kStreamK = Cfg::kSchedule == Schedule::kCooperativeStreamK;
+  using MainloopSchedule = std::conditional_t<kPingpong,
+      cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum>;
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
   using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -87,8 +90,7 @@ struct Gemm {
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
 
-  using Scheduler = std::conditional_t<Cfg::kSchedule == Schedule::kStreamK,
-                                       cutlass::gemm::StreamKScheduler,
+  using Scheduler = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler,
                                        cutlass::gemm::PersistentScheduler>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<
       cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, Scheduler>;
@@ -110,6 +112,13 @@ struct Gemm {
     return make_layout(
         make_shape(make_shape(Int<kScaleBlock>{}, nb), make_shape(Int<kScaleBlock>{}, kb), int32_t(1)),
         make_stride(make_stride(_0{}, kb), make_stride(_0{}, _1{}), nb * kb));
+  }
+
+  // Stream-K pays a fixed cost (workspace memset node, partial-tile fixup: 2-8 us measured on the
+  // H200) and wins only when few tiles each have a long K to split; otherwise data-parallel.
+  static constexpr int64_t kStreamKMinKBlocks = 96;
+  static bool use_stream_k(int64_t tiles, int64_t k_blocks, int sm_count) {
+    return k_blocks >= kStreamKMinKBlocks && 2 * tiles < sm_count;
   }
 
   static Arguments arguments(const Problem& p) {
@@ -159,12 +168,16 @@ struct Gemm {
       ep.dD = {int64_t(n), cute::_1{}, int64_t(m) * n};
     }
 
-    if constexpr (Cfg::kSchedule == Schedule::kStreamK) {
+    if constexpr (kStreamK) {
       using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams;
-      // Turnstile reduction: partial tiles are summed in K order, so results are reproducible
-      // run to run and independent of the SM count's timing.
+      const int64_t rows = kSwap ? p.n : p.m, cols = kSwap ? p.m : p.n;
+      const int64_t tiles = ((rows + Cfg::kTileM - 1) / Cfg::kTileM) * ((cols + Cfg::kTileN - 1) / Cfg::kTileN);
+      args.scheduler.decomposition_mode = use_stream_k(tiles, kb, p.sm_count)
+                                              ? Params::DecompositionMode::StreamK
+                                              : Params::DecompositionMode::DataParallel;
+      // Turnstile reduction: partial tiles are summed in K order, so results are bitwise
+      // reproducible run to run (Nondeterministic was up to 25% faster on few-tile shapes).
       args.scheduler.reduction_mode = Params::ReductionMode::Deterministic;
-      args.scheduler.decomposition_mode = Params::DecompositionMode::Heuristic;
 #ifdef BLOCKFP8_EXPERIMENT
       if (const char* e = getenv("BF8_DECOMP")) args.scheduler.decomposition_mode = Params::DecompositionMode(atoi(e));
       if (const char* e = getenv("BF8_RED")) args.scheduler.reduction_mode = Params::ReductionMode(atoi(e));

@@ -14,8 +14,11 @@
 namespace blockfp8::gemm::sm90 {
 
 enum class Schedule {
-  kPersistent,  // data-parallel persistent tiles, no workspace
-  kStreamK,     // CUTLASS stream-K heuristic (data-parallel, split-K or stream-K per problem)
+  kCooperativeStreamK,  // 2 consumer warpgroups on one tile; stream-K capable scheduler whose
+                        // decomposition (data-parallel or stream-K) is picked per problem at launch
+  kCooperative,         // 2 consumer warpgroups on one tile; data-parallel persistent, no workspace
+  kPingpong,            // 2 consumer warpgroups on alternate tiles (one's epilogue overlaps the
+                        // other's mainloop); data-parallel persistent, no workspace
 };
 
 // kSwapAB: the kernel computes D^T = B * A^T, so the weight rows (n) fill the 128-row wgmma M side

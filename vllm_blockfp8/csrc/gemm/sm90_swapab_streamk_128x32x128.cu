@@ -4,7 +4,7 @@
 
 namespace blockfp8::gemm::sm90 {
 
-using Row = Config<true, 128, 32, 1, 1, Schedule::kStreamK>;
+using Row = Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK>;
 template cudaError_t launch_config<Row>(const Problem&, cudaStream_t);
 template size_t workspace_config<Row>(const Problem&);
 

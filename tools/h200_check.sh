@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One H200 call: install the carried build wheels, build the extension with all cores, then run
+# the selected stages, each under its own time cap. Logs and JSON go to $OUT; a summary is printed
+# last, and everything is packed into $OUT/run.tgz (the device returns at most 8 files). Run from the repository root with `.whl` carried (nvidia-cutlass, setuptools wheels).
+#
+#   tools/h200_check.sh STAGE [STAGE...]
+#   build        build the extension (always first; skipped when _C is newer than every source)
+#   tests        GPU tests (quantizer, GEMV, GEMM, harness, CPU suites are CI's)
+#   sanitize     compute-sanitizer memcheck + racecheck over every kernel row
+#   bench_quant  bench_gemv  bench_gemm  bench_gemv_rows  bench_gemm_rows   benchmark scripts
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${OUT:?set OUT}"
+LOGS=$OUT/run
+mkdir -p "$LOGS"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+SUMMARY=()
+stage() {  # stage NAME CAP CMD...
+  local name=$1 cap=$2; shift 2
+  local t0=$(date +%s)
+  timeout "$cap" "$@" > "$LOGS/$name.log" 2>&1
+  local rc=$?
+  SUMMARY+=("$(printf '%-16s rc=%-4s %5ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")")
+  tail -n 25 "$LOGS/$name.log"
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+stage build 420 env MAX_JOBS=16 BLOCKFP8_ARCH_JOBS=8 python3 -m pip install --no-build-isolation --no-deps -v -e .
+grep -hE "ptxas info *: Used|spill stores|spill loads" "$LOGS/build.log" | sort | uniq -c | sort -rn | head -n 5
+for s in "$@"; do
+  case $s in
+    tests) stage tests 300 python3 -m pytest -q -x -p no:cacheprovider tests/test_quant.py tests/test_gemv.py \
+             tests/test_gemm.py tests/test_harness.py tests/test_ops_cpu.py ;;
+    sanitize) stage memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tools/sanitize_rows.py
+              stage racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 python3 tools/sanitize_rows.py ;;
+    bench_quant) stage bench_quant 200 python3 -m benchmarks.bench_quant ;;
+    bench_gemv) stage bench_gemv 360 python3 -m benchmarks.bench_gemv ;;
+    bench_gemv_rows) stage bench_gemv_rows 240 python3 -m benchmarks.bench_gemv --rows --peers none ;;
+    bench_gemm) stage bench_gemm 360 python3 -m benchmarks.bench_gemm ;;
+    bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none ;;
+    *) echo "unknown stage $s"; exit 2 ;;
+  esac
+done
+cp -f benchmarks/results/*.json benchmarks/results/*.png "$LOGS/" 2>/dev/null
+tar czf "$OUT/run.tgz" -C "$OUT" run && rm -rf "$LOGS"
+printf '%s\n' "${SUMMARY[@]}"
