@@ -32,6 +32,7 @@ _SCHEMAS = {
     "nvfp4_linear": "nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, Tensor? bias=None) -> Tensor",
     "tile_table": "tile_table(str family) -> str",
     "select_row": "select_row(str family, int m, int n, int k) -> int",
+    "row_rejects": "row_rejects(str family, int row, int m, int n, int k, int x_address, int x_stride) -> str",
     "gemv_pins_residency": "gemv_pins_residency(int column_blocks, int sm_count, int ksplit, int m_tiles) -> bool",
     "build_info": "build_info() -> str",
 }
@@ -99,14 +100,28 @@ def _check_weight(b: torch.Tensor, b_scale: torch.Tensor, k: int, device: torch.
     return n
 
 
-def _row_arg(family: str, row) -> int:
+def _row_arg(family: str, row, m: int, n: int, k: int, x: Optional[torch.Tensor] = None) -> int:
+    """The row index for the op: -1 (select by M) or a forced row that can run this problem.
+
+    A forced row's precondition is checked here, before the op: an error raised inside a
+    stable-ABI kernel after it took its tensor arguments would not unwind safely.
+    """
     if row is None:
         return -1
+    rows = tile_table(family) if (HAS_CUDA_KERNELS and torch.cuda.is_available()) else []
+    names = [r["name"] for r in rows]
     if isinstance(row, str):
-        names = [r["name"] for r in tile_table(family)]
         _need(row in names, f"row {row!r} is not in the {family} tile table {names}")
-        return names.index(row)
-    return int(row)
+        index = names.index(row)
+    else:
+        index = int(row)
+    if not rows:  # reference backend: rows do not exist, the reference serves every call
+        return index
+    _need(0 <= index < len(rows), f"row {index} is out of range for the {family} table ({len(rows)} rows)")
+    address, stride = (x.data_ptr(), x.stride(0)) if x is not None and x.dim() == 2 else (0, k)
+    why = torch.ops.blockfp8.row_rejects(family, index, m, n, k, address, stride)
+    _need(not why, f"row {names[index]} cannot run M={m} N={n} K={k}: {why}")
+    return index
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,7 +174,7 @@ def blockfp8_gemv(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, row=N
     """Weight-only out[M, N] = x @ (b * b_scale)^T in x's dtype (small M, no activation quant)."""
     _check_activation("x", x)
     _check_weight(b, b_scale, x.shape[1], x.device, 16)
-    return torch.ops.blockfp8.gemv(x, b, b_scale, _row_arg("gemv", row))
+    return torch.ops.blockfp8.gemv(x, b, b_scale, _row_arg("gemv", row, x.shape[0], b.shape[0], x.shape[1], x))
 
 
 def _gemv_ref(x, b, b_scale, row=-1):
@@ -182,7 +197,15 @@ def blockfp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_sca
     _need(a_scale.dtype == torch.float32 and tuple(a_scale.shape) == (m, k // 128),
           f"a_scale must be float32 [M, K/128] = {[m, k // 128]}, got {a_scale.dtype} {list(a_scale.shape)}")
     _need(a_scale.device == a.device, f"a_scale is on {a_scale.device} but a is on {a.device}")
-    return torch.ops.blockfp8.gemm(a, a_scale, b, b_scale, out_dtype, _row_arg("gemm", row))
+    if a.is_cuda and HAS_CUDA_KERNELS:
+        _need(bool(tile_table("gemm")), "blockfp8_gemm: this GPU has no W8A8 GEMM kernel (built for SM90); "
+              "use blockfp8_linear, which falls back to dequantize + cuBLAS")
+        if row is None:
+            _need(torch.ops.blockfp8.select_row("gemm", m, b.shape[0], k) >= 0,
+                  f"blockfp8_gemm: no GEMM row takes M={m} N={b.shape[0]} K={k} (N must be a multiple of 8)")
+        if a_scale.stride(0) != 1 or (m > 1 and a_scale.stride(1) < m) or a_scale.stride(1) % 4:
+            a_scale = _m_major_scales(a_scale)  # the kernel's TMA reads M-major, 16-byte columns
+    return torch.ops.blockfp8.gemm(a, a_scale, b, b_scale, out_dtype, _row_arg("gemm", row, m, b.shape[0], k))
 
 
 def _gemm_ref(a, a_scale, b, b_scale, out_dtype, row=-1):
@@ -208,7 +231,7 @@ def blockfp8_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
         _need(bias.dim() == 1 and bias.shape[0] == n, f"bias must be 1-D [N] = [{n}], got {tuple(bias.shape)}")
         _need(bias.dtype == x.dtype, f"bias must have the activations' dtype {x.dtype}, got {bias.dtype}")
     x2 = x.reshape(-1, x.shape[-1])
-    out = torch.ops.blockfp8.linear(x2, b, b_scale, bias, _row_arg("linear", row))
+    out = torch.ops.blockfp8.linear(x2, b, b_scale, bias, _row_arg("linear", row, x2.shape[0], n, x2.shape[1], x2))
     return out.reshape(*x.shape[:-1], n)
 
 
@@ -275,6 +298,7 @@ for _name, _fn in (("per_token_group_quant", _quant_ref), ("gemv", _gemv_ref), (
 if not HAS_CUDA_KERNELS:
     _lib.impl("tile_table", lambda family: "[]", "CompositeExplicitAutograd")
     _lib.impl("select_row", lambda family, m, n, k: -1, "CompositeExplicitAutograd")
+    _lib.impl("row_rejects", lambda family, row, m, n, k, address, stride: "", "CompositeExplicitAutograd")
     _lib.impl("build_info", lambda: json.dumps({"compiled": False, "archs": [], "families": {}}),
               "CompositeExplicitAutograd")
     _lib.impl("gemv_pins_residency", lambda cb, sm, ks, mt: False, "CompositeExplicitAutograd")

@@ -338,6 +338,34 @@ int64_t op_select_row(std::string family, int64_t m, int64_t n, int64_t k) {
   return linear::select({m, n, k, dev.cc, dev.sm_count});
 }
 
+// "" when row `row` of `family` can run the problem, else why not (checked before the tensor op:
+// an exception thrown inside a stable-ABI tensor kernel does not unwind safely).
+std::string op_row_rejects(std::string family, int64_t row, int64_t m, int64_t n, int64_t k, int64_t x_address,
+                           int64_t x_stride) {
+  const DeviceFacts dev = current_device_facts();
+  const char* why = nullptr;
+  if (family == "gemv") {
+    gemv::Problem p{};
+    p.x = reinterpret_cast<const void*>(static_cast<uintptr_t>(x_address));
+    p.m = m, p.n = n, p.k = k, p.x_stride = x_stride, p.out_stride = n, p.bf16 = true, p.sm_count = dev.sm_count;
+    if (row < 0 || row >= gemv::num_rows()) return "row out of range";
+    why = gemv::rejects(int(row), p);
+  } else if (family == "gemm") {
+#ifdef BLOCKFP8_HAS_SM90_GEMM
+    gemm::Problem p{};
+    p.m = m, p.n = n, p.k = k, p.a_scale_ld = (m + 3) / 4 * 4, p.out_bf16 = true, p.sm_count = dev.sm_count;
+    if (dev.cc != 90 || row < 0 || row >= gemm::num_rows()) return "no such W8A8 GEMM row on this GPU";
+    why = gemm::rejects(int(row), p);
+#else
+    return "this build has no W8A8 GEMM";
+#endif
+  } else {
+    if (row < 0 || row >= linear::num_rows(dev.cc)) return "row out of range";
+    why = linear::rejects(dev.cc, int(row), {m, n, k, dev.cc, dev.sm_count});
+  }
+  return why == nullptr ? std::string() : std::string(why);
+}
+
 bool op_gemv_pins_residency(int64_t column_blocks, int64_t sm_count, int64_t ksplit, int64_t m_tiles) {
   return gemv::pins_residency(column_blocks, int(sm_count), int(ksplit), int(m_tiles));
 }
@@ -378,6 +406,7 @@ STABLE_TORCH_LIBRARY_IMPL(blockfp8, CUDA, m) {
 STABLE_TORCH_LIBRARY_IMPL(blockfp8, CompositeExplicitAutograd, m) {
   m.impl("tile_table", TORCH_BOX(&blockfp8::op_tile_table));
   m.impl("select_row", TORCH_BOX(&blockfp8::op_select_row));
+  m.impl("row_rejects", TORCH_BOX(&blockfp8::op_row_rejects));
   m.impl("gemv_pins_residency", TORCH_BOX(&blockfp8::op_gemv_pins_residency));
   m.impl("build_info", TORCH_BOX(&blockfp8::op_build_info));
 }

@@ -5,7 +5,8 @@
 //   K-major, SFB fp32 [ceil(n/128), k/128] row-major, D bf16/fp16 [m, n] row-major.
 //
 // Kernels: CUTLASS cooperative TMA/wgmma mainloop with blockwise scaling (sm90_kernel.cuh); each
-// row's two instantiations (bf16 and fp16 out) live in the sm90_<row>.cu file named in the row.
+// row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu: sm90_swapab_128x32x128.cu,
+// sm90_swapab_128x64x128.cu, sm90_coop_128x128x128_c2x1.cu, sm90_coop_128x128x128.cu.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -33,20 +34,18 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason) 
 
 // clang-format off
 // Tile table, first fitting row wins. Config<swap_ab, tile_m, tile_n, cluster_m, cluster_n, schedule>
-// in the kernel's operand order (weights x tokens when swapped). Reasons are expectations until the
-// H200 measurements replace them. Instantiated in: sm90_swapab_streamk_128x32x128.cu,
-// sm90_swapab_streamk_128x64x128.cu, sm90_coop_streamk_128x128x128.cu, sm90_coop_128x128x128_c1x2.cu.
+// in the kernel's operand order (weights x tokens when swapped). Each row is instantiated in
+// sm90_<name>.cu. Reasons quote GEMM-only times on the H200 (NOTES.md has the tables).
 const Sm90Row kRows[] = {
-  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK>>("sm90_swapab_streamk_128x32x128", 32,
-      "tokens on the narrow wgmma N side (n32) waste no MMA rows; stream-K spreads the few n/128 tiles' K over all SMs"),
-  make_row<Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK>>("sm90_swapab_streamk_128x64x128", 64,
-      "m in (32, 64] in one n64 token tile, so each weight tile is streamed once; stream-K fills the SMs"),
-  make_row<Config<false, 128, 128, 1, 1, Schedule::kCooperativeStreamK>>("sm90_coop_streamk_128x128x128", 2048,
-      "128x128 cooperative; stream-K removes the partial last wave while tiles are only a few waves"),
-  make_row<Config<false, 128, 128, 1, 2, Schedule::kCooperative>>("sm90_coop_128x128x128_c1x2", kUnboundedM,
-      "many waves: data-parallel persistent tiles, 1x2 cluster multicasts the A tile to both N tiles; no workspace"),
-  make_row<Config<false, 64, 128, 1, 1, Schedule::kPingpong>>("sm90_pingpong_64x128x128", kUnboundedM,
-      "experiment"),
+  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK>>("sm90_swapab_128x32x128", 64,
+      "swap-AB puts tokens on the cheap wgmma N side (32 wide); each CTA is K-block latency bound, so many small "
+      "tiles win: fastest row at every M <= 64 on all 8 benchmark shapes"),
+  make_row<Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK>>("sm90_swapab_128x64x128", 128,
+      "M in (64, 128]: one 64-token tile per weight tile; fastest or within 2.2% on 6 of 8 shapes"),
+  make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperativeStreamK>>("sm90_coop_128x128x128_c2x1", kUnboundedM,
+      "TBD"),
+  make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperative>>("sm90_tmp_persistent_c2x1", kUnboundedM,
+      "TBD"),
 };
 // clang-format on
 

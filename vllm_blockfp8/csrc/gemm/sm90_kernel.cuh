@@ -18,7 +18,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include <cuda_runtime_api.h>
@@ -178,11 +177,6 @@ struct Gemm {
       // Turnstile reduction: partial tiles are summed in K order, so results are bitwise
       // reproducible run to run (Nondeterministic was up to 25% faster on few-tile shapes).
       args.scheduler.reduction_mode = Params::ReductionMode::Deterministic;
-#ifdef BLOCKFP8_EXPERIMENT
-      if (const char* e = getenv("BF8_DECOMP")) args.scheduler.decomposition_mode = Params::DecompositionMode(atoi(e));
-      if (const char* e = getenv("BF8_RED")) args.scheduler.reduction_mode = Params::ReductionMode(atoi(e));
-      if (const char* e = getenv("BF8_SPLITS")) args.scheduler.splits = atoi(e);
-#endif
     }
     return args;
   }

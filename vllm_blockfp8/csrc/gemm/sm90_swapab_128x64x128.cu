@@ -1,10 +1,10 @@
-// Instantiates tile-table row sm90_pingpong_64x128x128 of sm90.cu (bf16 and fp16 out); see sm90_kernel.cuh.
+// Instantiates tile-table row sm90_swapab_128x64x128 of sm90.cu (bf16 and fp16 out); see sm90_kernel.cuh.
 // One row per file so that the build compiles the rows in parallel. sm_90a only.
 #include "sm90_kernel.cuh"
 
 namespace blockfp8::gemm::sm90 {
 
-using Row = Config<false, 64, 128, 1, 1, Schedule::kPingpong>;
+using Row = Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK>;
 template cudaError_t launch_config<Row>(const Problem&, cudaStream_t);
 template size_t workspace_config<Row>(const Problem&);
 
