@@ -113,7 +113,7 @@ def _ext_modules():
         def _compile_arch_units(self, out_dir: Path) -> list[str]:
             out_dir.mkdir(parents=True, exist_ok=True)
             nvcc = str(Path(cuda_home) / "bin" / "nvcc")
-            headers = [Path(p) for p in glob.glob(str(ROOT / CSRC / "**" / "*.h"), recursive=True)]
+            headers = [Path(p) for ext in ("h", "cuh") for p in glob.glob(str(ROOT / CSRC / "**" / f"*.{ext}"), recursive=True)]
             newest_header = max((h.stat().st_mtime for h in headers), default=0.0)
             jobs = []
             for arch, units in arch_units.items():

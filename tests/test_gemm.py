@@ -4,14 +4,15 @@ Numerics. The kernel accumulates each 128-deep K block on the FP8 tensor cores, 
 an fp32 accumulator with the two fp32 scales, and rounds once to the output dtype. The reference
 is the exact product of the dequantized operands in float64 (``reference.gemm_ref``).
 
-* bf16 out: ``reference.assert_close_to_ref`` as it is: elementwise error <= u |ref| + u/16 max|ref|
-  (u = 2^-8) and norm-wise relative error <= u.
-* fp16 out: the same check with the absolute term floored at 2^-11 max|ref|. Inside a 128-deep
-  block the FP8 tensor cores accumulate with fewer mantissa bits than fp32; on the H200 that costs
-  up to ~2^-12.1 max|ref| on a few elements (0.03-0.2%), identically for cuBLASLt's block-scaled
-  ``torch._scaled_mm`` (bitwise the same fp16 output on >= 99.9% of elements). fp16's own
-  u/16 = 2^-15 max|ref| is below what any FP8-MMA kernel reaches; the floor keeps a 2x margin over
-  the worst element seen. (bf16's u/16 is 2^-12, just above that worst case.)
+* bf16 out, random signs: ``reference.assert_close_to_ref`` as it is: elementwise error
+  <= u |ref| + u/16 max|ref| (u = 2^-8) and norm-wise relative error <= u.
+* otherwise the same check with the absolute term raised to a floor for FP8 tensor-core
+  accumulation: inside a 128-deep block the tensor cores keep fewer mantissa bits than fp32. On the
+  H200 that cost up to ~2^-12.1 max|ref| with random signs (on 0.03-0.2% of the elements) and
+  ~2^-10.8 with all-positive K = 16384 (the truncation is biased), identically for cuBLASLt's
+  block-scaled ``torch._scaled_mm`` (bitwise the same fp16 output on >= 99.9% of elements).
+  fp16's own u/16 = 2^-15 max|ref| is below what any FP8-MMA kernel reaches. Floors: 2^-11 with
+  random signs, 2^-10 for the all-positive long-K test (about 2x the worst seen).
 
 A wrong scale index (a ragged N tile, a token past a 4-row boundary) or a lost K block is far
 outside either band; the long-K test with all-positive operands makes a lost per-block promotion
@@ -74,19 +75,24 @@ def _operands(m: int, n: int, k: int, *, seed: int, positive: bool = False):
     return a, a_scale, b, b_scale
 
 
-# Absolute error floor of FP8 tensor-core accumulation, relative to max|ref| (see the docstring).
-FP8_MMA_ACCUMULATION = 2.0**-11
+# Absolute error floors of FP8 tensor-core accumulation, relative to max|ref| (see the docstring):
+# random-sign operands (worst seen 2^-12.1) and all-positive long K (biased, worst seen 2^-10.8).
+FP8_MMA_FLOOR = 2.0**-11
+FP8_MMA_FLOOR_LONG_K = 2.0**-10
 
 
-def _assert_close(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    if out.dtype == torch.bfloat16:
+def _assert_close(out: torch.Tensor, ref: torch.Tensor, what: str, *, long_k: bool = False) -> None:
+    """bf16 with random signs: ``reference.assert_close_to_ref`` as it is. fp16, or all-positive
+    long K: the same check with its absolute term raised to the FP8 accumulation floor."""
+    if out.dtype == torch.bfloat16 and not long_k:
         reference.assert_close_to_ref(out, ref, what)
         return
+    u = reference.unit_roundoff(out.dtype)
+    floor = FP8_MMA_FLOOR_LONG_K if long_k else FP8_MMA_FLOOR
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     o, r = out.double().cpu(), ref.double().cpu()
     assert torch.isfinite(o).all(), f"{what}: non-finite value at {(~torch.isfinite(o)).nonzero()[0].tolist()}"
-    u = reference.unit_roundoff(out.dtype)
-    bound = u * r.abs() + max(u / 16, FP8_MMA_ACCUMULATION) * r.abs().max() + 1e-30
+    bound = u * r.abs() + max(u / 16, floor) * r.abs().max() + 1e-30
     err = (o - r).abs()
     if (err > bound).any():
         idx = (err - bound).argmax()
@@ -104,7 +110,7 @@ def _check(m, n, k, out_dtype, row, *, seed=0, positive=False):
     out = ops.blockfp8_gemm(a, a_scale, b, b_scale, out_dtype, row=row)
     assert out.dtype == out_dtype and out.shape == (m, n)
     ref = reference.gemm_ref(a, a_scale, b, b_scale)
-    _assert_close(out, ref, f"row={row} M={m} N={n} K={k} {out_dtype}")
+    _assert_close(out, ref, f"row={row} M={m} N={n} K={k} {out_dtype}", long_k=positive)
 
 
 def test_table_shape():
@@ -119,7 +125,7 @@ def test_table_shape():
     assert all(isinstance(b, int) for b in bounds[:-1]) and bounds[:-1] == sorted(set(bounds[:-1]))
 
 
-@pytest.mark.parametrize("m", [1, 32, 33, 64, 65, 2048, 2049, 8192])
+@pytest.mark.parametrize("m", [1, 64, 65, 128, 129, 4096, 8192])
 def test_selection_follows_table(m):
     """With no row forced, the op picks the first row whose max_m covers M."""
     rows = ops.tile_table("gemm")
@@ -150,11 +156,14 @@ def test_selected_row(m, out_dtype):
     _check(m, 2112, 2048, out_dtype, None, seed=2)
 
 
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
 @pytest.mark.parametrize("m", (7, 128))
 @pytest.mark.parametrize("row", ROWS)
-def test_long_k_all_positive(row, m):
-    """K = 16384 with all-positive operands: 128 promotions must all land."""
-    _check(m, 256, 16384, torch.bfloat16, row, seed=3, positive=True)
+def test_long_k_all_positive(row, m, out_dtype):
+    """K = 16384 with all-positive operands: 128 promotions must all land. A lost block costs
+    2^-7 of the result, a lost promotion (FP8 accumulation over all of K) far more; the tensor
+    cores' biased in-block truncation costs up to ~2^-10.8, hence the wider floor here."""
+    _check(m, 256, 16384, out_dtype, row, seed=3, positive=True)
 
 
 @pytest.mark.parametrize("m", (5, 300))

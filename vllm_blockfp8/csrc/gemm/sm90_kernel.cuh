@@ -3,9 +3,9 @@
 // Math and layouts: see gemm.h. Kernel: TMA + wgmma warp-specialized cooperative mainloop with
 // blockwise scaling (CUTLASS KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum): each
 // 128-deep K block is accumulated by wgmma into a fresh fp32 fragment, then promoted into the
-// fp32 accumulator as acc += partial * SFA * SFB (full fp32, which also sidesteps the limited
-// accumulation precision of Hopper FP8 wgmma over long K). The epilogue converts once to bf16/fp16
-// and stores through TMA. Out-of-range rows/columns of ragged tiles are zero-filled by TMA loads and
+// fp32 accumulator as acc += partial * SFA * SFB in fp32, which confines the tensor cores' reduced
+// FP8 accumulation precision to one 128-deep block (NOTES.md, Numerics). The epilogue converts once
+// to bf16/fp16 and stores through TMA. Out-of-range rows/columns of ragged tiles are zero-filled by TMA loads and
 // clipped by the TMA store; the weight-scale loader predicates the scale block past ceil(n / 128).
 //
 // Operand roles. Unswapped: kernel-A = activations (M = m), kernel-B = weights (N = n); scale
@@ -65,13 +65,11 @@ struct Gemm {
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-  static constexpr bool kPingpong = Cfg::kSchedule == Schedule::kPingpong;
+  // Cooperative rather than ping-pong: one warpgroup's per-block promotion FMAs overlap the other's
+  // wgmma (ping-pong 64x128 measured 30-60% slower at M >= 512), and only it takes stream-K.
   static constexpr bool kStreamK = Cfg::kSchedule == Schedule::kCooperativeStreamK;
-  using MainloopSchedule = std::conditional_t<kPingpong,
-      cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum>;
-  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
-                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
   using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<

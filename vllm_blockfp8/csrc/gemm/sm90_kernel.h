@@ -14,16 +14,15 @@
 namespace blockfp8::gemm::sm90 {
 
 enum class Schedule {
-  kCooperativeStreamK,  // 2 consumer warpgroups on one tile; stream-K capable scheduler whose
-                        // decomposition (data-parallel or stream-K) is picked per problem at launch
-  kCooperative,         // 2 consumer warpgroups on one tile; data-parallel persistent, no workspace
-  kPingpong,            // 2 consumer warpgroups on alternate tiles (one's epilogue overlaps the
-                        // other's mainloop); data-parallel persistent, no workspace
+  kCooperativeStreamK,  // stream-K capable scheduler; data-parallel or stream-K picked per problem
+  kCooperative,         // data-parallel persistent scheduler; no workspace, less scheduling overhead
 };
 
 // kSwapAB: the kernel computes D^T = B * A^T, so the weight rows (n) fill the 128-row wgmma M side
 // and the tokens (m) sit on the narrow wgmma N side; D^T is stored column-major, i.e. D row-major.
 // kTileM / kTileN are the kernel's CTA tile in ITS operand order (weights x tokens when swapped).
+// Both schedules run two consumer warpgroups on one tile (CUTLASS's cooperative FP8 blockwise
+// kernel): one warpgroup's promotion FMAs overlap the other's wgmma.
 template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_>
 struct Config {
   static constexpr bool kSwapAB = kSwapAB_;
