@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -135,6 +136,10 @@ def environment() -> dict:
 
 
 def _git_state() -> str:
+    # The device machine gets a copy of the tree without .git: the caller passes the state in.
+    if os.environ.get("BLOCKFP8_GIT_STATE"):
+        return os.environ["BLOCKFP8_GIT_STATE"]
+
     def git(*cmd):
         return subprocess.run(("git", "-C", str(REPO_ROOT)) + cmd, capture_output=True,
                               text=True, timeout=10)
