@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../common/convert.cuh"
+
 namespace blockfp8::gemv {
 
 constexpr int kBlock = 128;    // edge of a scale block, in N and in K
@@ -109,13 +111,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint32_t two) {
   const float2 f = f16x2_to_float2(e4m3x2_to_f16x2(two));
   return __byte_perm(__float_as_uint(f.x), __float_as_uint(f.y), 0x7632);
 }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // d += A (16x16, weights) * B (16x8, tokens), fp32 accumulate.
 template <typename T>
@@ -288,7 +283,7 @@ __global__ void fma_kernel(const Args<T> a) {
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
         if (lane == (r * C + c) % 32 && r < rows && col0 + c < a.n)
-          a.out[int64_t(m0 + r) * a.out_stride + col0 + c] = detail::from_float<T>(v);
+          a.out[int64_t(m0 + r) * a.out_stride + col0 + c] = blockfp8::from_float<T>(v);
       }
   }
 }
@@ -397,7 +392,7 @@ __device__ __forceinline__ void mma_body(const Args<T>& a) {
     const int mt = e >> 2, i = e & 3;
     const int col = n0 + (ln >> 2) + (i >= 2 ? 8 : 0);
     const int tok = mt * kMmaTokens + 2 * (ln & 3) + (i & 1);
-    if (col < a.n && tok < a.m) a.out[int64_t(tok) * a.out_stride + col] = detail::from_float<T>(sum);
+    if (col < a.n && tok < a.m) a.out[int64_t(tok) * a.out_stride + col] = blockfp8::from_float<T>(sum);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "../common/convert.cuh"
 #include "quant.h"
 
 namespace blockfp8::quant {
@@ -27,13 +28,6 @@ constexpr int kLanesPerGroup = 16;       // 16 lanes x 8 values = one group
 constexpr int kTokensPerBlock = 16;      // 16 x 16 = 256 threads
 constexpr float kFp8Max = 448.0f;
 constexpr float kAmaxFloor = 1e-10f;
-
-template <typename T>
-__device__ __forceinline__ float to_float(T v);
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
 
 template <typename T>
 __global__ void __launch_bounds__(kLanesPerGroup * kTokensPerBlock)
@@ -72,13 +66,6 @@ per_token_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* 
   *reinterpret_cast<uint2*>(q + row * k + group * kGroup + lane * 8) = packed;
   if (lane == 0) s[group * s_ld + row] = scale;
 }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
 template <typename T>
 __global__ void __launch_bounds__(256)
