@@ -156,14 +156,14 @@ def test_unloaded_scales_are_refused():
         layer.quant_method.process_weights_after_loading(layer)
 
 
-@pytest.mark.parametrize("case", ["column-tp2", "merged-tp1", "row-tp2"])
+@pytest.mark.parametrize("case", ["column-tp2", "merged-tp2", "row-tp2"])
 def test_straddling_blocks_are_refused(case):
     column, merged, _, row = _layers()
     prefix = f"model.layers.7.{case}"
     if case == "column-tp2":  # N = 192 at tp 2: 96 per rank, half a scale block each
         build, size = (lambda: _build(column, 1, 2, BlockFp8Config(), prefix, 256, 192, bias=False)), "96"
-    elif case == "merged-tp1":  # gate ends mid-block, so up's first block would mix both
-        build, size = (lambda: _build(merged, 0, 1, BlockFp8Config(), prefix, 256, [192, 192], bias=False)), "192"
+    elif case == "merged-tp2":  # 384 per shard at tp 2: 192 per rank, the rank's slice starts mid-block
+        build, size = (lambda: _build(merged, 1, 2, BlockFp8Config(), prefix, 256, [384, 384], bias=False)), "192"
     else:  # K = 384 at tp 2: 192 per rank
         build, size = (lambda: _build(row, 0, 2, BlockFp8Config(), prefix, 384, 256, bias=False)), "192"
     with pytest.raises(ValueError) as err:
@@ -181,6 +181,67 @@ def test_ragged_unsplit_output_is_accepted(seeded):
     layer.weight_scale_inv.weight_loader(layer.weight_scale_inv, s)
     assert_bits_equal(layer.weight_scale_inv.data, s, "ragged weight_scale_inv")
     _apply_matches(layer, q, s, seeded)
+
+
+def _deq(q, s):
+    return reference.dequantize_block_fp8(q, s).double()
+
+
+def test_ragged_fused_shards_are_fused_at_load(seeded):
+    """SmolLM2-like QKV at tp 1: q = 9 heads x 64 = 576 rows ends mid-block, so fused block 4
+    (rows 512..639) mixes q and k, and block 5 (640..767) mixes k's two blocks; v starts on a block
+    again (768). Each shard's scales load into their own rows; processing gives
+    the kernels' one-scale-per-128-rows layout. Rows of blocks inside one shard stay bit-exact;
+    the straddling block's rows from the shard with the smaller scale are requantized to the larger
+    one: error <= half an e4m3 step at the new scale, i.e. 2^-4 |w| (3 mantissa bits) plus 2^-10 s
+    (half the subnormal spacing 2^-9 s)."""
+    _, _, qkv, _ = _layers()
+    hidden, head, q_heads, kv_heads = 576, 64, 9, 3
+    layer = _build(qkv, 0, 1, BlockFp8Config(), "model.layers.0.self_attn.qkv_proj", hidden, head, q_heads,
+                   kv_heads, bias=False)
+    assert layer.blockfp8_ragged_shards
+    shards = {sid: _checkpoint(rows, hidden, seeded) for sid, rows in (("q", 576), ("k", 192), ("v", 192))}
+    # Make k's scales 4x q's, so the straddling block must requantize q's rows.
+    shards["k"] = (shards["k"][0], shards["k"][1] * 4)
+    for sid, (q, s) in shards.items():
+        layer.weight.weight_loader(layer.weight, q, sid)
+        layer.weight_scale_inv.weight_loader(layer.weight_scale_inv, s, sid)
+    exact = torch.cat([_deq(q, s) for q, s in shards.values()])
+    layer.quant_method.process_weights_after_loading(layer)
+    q, s = layer.weight.data, layer.weight_scale_inv.data
+    assert tuple(s.shape) == (8, 5), tuple(s.shape)
+    got = _deq(q, s)
+    changed = (got != exact).any(dim=1).nonzero().flatten()
+    assert changed.numel() > 0 and changed.min() >= 512 and changed.max() < 768, changed
+    bound = 2.0**-4 * exact.abs() + 2.0**-10 * s.double().repeat_interleave(B, 0)[:960].repeat_interleave(B, 1)[:, :hidden]
+    assert ((got - exact).abs() <= bound).all()
+    x = torch.randn(7, hidden, generator=seeded).to(torch.bfloat16)
+    out = layer.quant_method.apply(layer, x)
+    reference.assert_close_to_ref(out, reference.linear_ref(x, q, s, quantize_activations=False), "ragged qkv")
+    rel = ((out.double() - x.double() @ exact.t()).norm() / (x.double() @ exact.t()).norm()).item()
+    assert rel < 2.0**-5, rel
+
+
+def test_ragged_merged_shards_are_fused_at_load(seeded):
+    """gate_up of [192, 192] at tp 1 through load_merged_column_weight: block 0 is gate only (kept
+    bit-exact), blocks 1 and 2 straddle; same bound as the QKV case above."""
+    _, merged, _, _ = _layers()
+    layer = _build(merged, 0, 1, BlockFp8Config(), "model.layers.0.mlp.gate_up_proj", 256, [192, 192], bias=False)
+    shards = [_checkpoint(192, 256, seeded) for _ in range(2)]
+    for i, (q, s) in enumerate(shards):
+        layer.weight.weight_loader(layer.weight, q, i)
+        layer.weight_scale_inv.weight_loader(layer.weight_scale_inv, s, i)
+    exact = torch.cat([_deq(q, s) for q, s in shards])
+    layer.quant_method.process_weights_after_loading(layer)
+    q, s = layer.weight.data, layer.weight_scale_inv.data
+    assert tuple(s.shape) == (3, 2)
+    got = _deq(q, s)
+    assert torch.equal(got[:128], exact[:128])
+    bound = 2.0**-4 * exact.abs() + 2.0**-10 * s.double().repeat_interleave(B, 0)[:384].repeat_interleave(B, 1)
+    assert ((got - exact).abs() <= bound).all()
+    x = torch.randn(3, 256, generator=seeded).to(torch.bfloat16)
+    reference.assert_close_to_ref(layer.quant_method.apply(layer, x),
+                                  reference.linear_ref(x, q, s, quantize_activations=False), "ragged gate_up")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,12 +7,16 @@ column, merged-column (gate_up), QKV and row-parallel layers under tensor parall
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch.nn import Parameter
 from vllm.model_executor.layers.linear import LinearMethodBase, register_weight_loader_v2_supported_method
 from vllm.model_executor.parameter import BlockQuantScaleParameter, ModelWeightParameter, PerTensorScaleParameter
 
-from .. import ops
+from .. import ops, reference
+
+logger = logging.getLogger("vllm_blockfp8")
 
 BLOCK = 128
 
@@ -22,27 +26,89 @@ def _layer_name(layer: torch.nn.Module) -> str:
 
 
 def check_block_shards(layer: torch.nn.Module, input_size: int, output_size: int, input_size_per_partition: int,
-                       output_partition_sizes: list[int]) -> None:
-    """Refuse shards whose 128x128 scale blocks would straddle two tensor-parallel ranks or two
-    fused shards (vLLM issue #52997): name the layer, the size and the fix."""
+                       output_partition_sizes: list[int]) -> bool:
+    """Refuse shards whose 128x128 scale blocks would have to be split between tensor-parallel
+    ranks (vLLM issue #52997), naming the layer, the size and the fix. Returns True for an unsplit
+    fused layer (QKV, gate_up) with a shard that is not a multiple of 128 rows: those load into
+    per-shard scale rows and are fused in process_weights_after_loading (fuse_shard_scales)."""
     name = _layer_name(layer)
     fix = ("use a tensor-parallel size that keeps every shard a multiple of 128, or requantize the "
            "checkpoint with `blockfp8 quantize` so each projection's size is a multiple of 128")
     if input_size_per_partition != input_size and input_size_per_partition % BLOCK:
         raise ValueError(f"blockfp8: layer {name}: the input shard K = {input_size_per_partition} (of {input_size}) "
                          f"is not a multiple of 128, so its block scales cannot be split; {fix}")
-    tp_split = sum(output_partition_sizes) != output_size
-    merged = len(output_partition_sizes) > 1
-    # The last shard of an unsplit fused layer may be ragged: its scale rows end the tensor.
-    sizes = output_partition_sizes if tp_split else output_partition_sizes[:-1]
-    for size in sizes if (tp_split or merged) else []:
-        if size % BLOCK:
-            raise ValueError(f"blockfp8: layer {name}: an output shard of N = {size} (partitions "
-                             f"{output_partition_sizes}) is not a multiple of 128, so its block scales cannot "
-                             f"be split; {fix}")
     if input_size_per_partition % 16:
         raise ValueError(f"blockfp8: layer {name}: K = {input_size_per_partition} is not a multiple of 16, which "
                          "every blockfp8 kernel needs; serve this model with vLLM's fp8 or pad K at quantization")
+    if sum(output_partition_sizes) != output_size:  # split across ranks: each slice must start on a block
+        for size in output_partition_sizes:
+            if size % BLOCK:
+                raise ValueError(f"blockfp8: layer {name}: an output shard of N = {size} (partitions "
+                                 f"{output_partition_sizes}) is not a multiple of 128, so its block scales "
+                                 f"cannot be split between ranks; {fix}")
+        return False
+    # Unsplit: only a fused layer whose shard ends mid-block needs the per-shard scale layout.
+    return any(size % BLOCK for size in output_partition_sizes[:-1])
+
+
+class ShardBlockScaleParameter(BlockQuantScaleParameter):
+    """Block scales of an unsplit fused layer whose shards are not multiples of 128 rows.
+
+    Shard i's ceil(size_i / 128) scale rows sit at their own offset; vLLM's loader would put them
+    at ceil(offset_i / 128), overlapping the previous shard's last row. Set ``shard_starts`` and
+    ``shard_rows`` after construction.
+    """
+
+    shard_starts: list
+    shard_rows: list
+
+    def _load_shard(self, index: int, loaded_weight: torch.Tensor) -> None:
+        start, rows = self.shard_starts[index], self.shard_rows[index]
+        if tuple(loaded_weight.shape) != (rows, self.data.shape[1]):
+            raise ValueError(f"blockfp8: shard {index} scales must be [{rows}, {self.data.shape[1]}], got "
+                             f"{list(loaded_weight.shape)} (fused-on-disk checkpoints with ragged shards are "
+                             "not supported)")
+        self.data.narrow(0, start, rows).copy_(loaded_weight)
+
+    def load_merged_column_weight(self, loaded_weight: torch.Tensor, **kwargs) -> None:
+        self._load_shard(int(kwargs["shard_id"]), loaded_weight)
+
+    def load_qkv_weight(self, loaded_weight: torch.Tensor, **kwargs) -> None:
+        self._load_shard("qkv".index(kwargs["shard_id"]), loaded_weight)
+
+
+def fuse_shard_scales(q: torch.Tensor, shard_scales: torch.Tensor, widths: list[int]):
+    """Turn per-shard block scales into the kernels' layout: one scale per 128 fused rows.
+
+    A fused 128-row block inside one shard keeps its scale and bytes. A block that straddles two
+    shards takes the larger scale of each 128-wide K column and its rows from the other shard are
+    requantized to it (exact dequantization in fp32, then round to nearest e4m3): those values
+    gain at most half an e4m3 step of the larger scale. Returns (q, scale, requantized_rows).
+    """
+    n, k = q.shape
+    row_block = torch.cat([start + torch.arange(w) // BLOCK for start, w in
+                           zip(_shard_scale_starts(widths), widths)]).to(shard_scales.device)
+    row_scale = shard_scales[row_block]                          # [N, ceil(K/128)]
+    blocks = -(-n // BLOCK)
+    padded = torch.cat([row_scale, row_scale[-1:].expand(blocks * BLOCK - n, -1)])
+    fused = padded.reshape(blocks, BLOCK, -1).amax(dim=1)        # [ceil(N/128), ceil(K/128)]
+    target = fused.repeat_interleave(BLOCK, 0)[:n]
+    rows = (row_scale != target).any(dim=1).nonzero().flatten()
+    if rows.numel():
+        old = row_scale[rows].repeat_interleave(BLOCK, 1)[:, :k]
+        new = target[rows].repeat_interleave(BLOCK, 1)[:, :k]
+        values = q[rows].float() * old / new
+        q = q.clone()
+        q[rows] = values.clamp(-reference.FP8_MAX, reference.FP8_MAX).to(q.dtype)
+    return q, fused.contiguous(), int(rows.numel())
+
+
+def _shard_scale_starts(widths: list[int]) -> list[int]:
+    starts, row = [], 0
+    for w in widths:
+        starts.append(row)
+        row += -(-w // BLOCK)
+    return starts
 
 
 @register_weight_loader_v2_supported_method
@@ -56,7 +122,8 @@ class BlockFp8LinearMethod(LinearMethodBase):
     def create_weights(self, layer: torch.nn.Module, input_size_per_partition: int,
                        output_partition_sizes: list[int], input_size: int, output_size: int,
                        params_dtype: torch.dtype, **extra_weight_attrs) -> None:
-        check_block_shards(layer, input_size, output_size, input_size_per_partition, output_partition_sizes)
+        ragged = check_block_shards(layer, input_size, output_size, input_size_per_partition,
+                                    output_partition_sizes)
         weight_loader = extra_weight_attrs.get("weight_loader")
         n = sum(output_partition_sizes)
         layer.logical_widths = output_partition_sizes
@@ -69,10 +136,15 @@ class BlockFp8LinearMethod(LinearMethodBase):
             data=torch.empty(n, input_size_per_partition, dtype=torch.float8_e4m3fn),
             input_dim=1, output_dim=0, weight_loader=weight_loader)
         layer.register_parameter("weight", weight)
-        scale = BlockQuantScaleParameter(
-            data=torch.full((-(-n // BLOCK), -(-input_size_per_partition // BLOCK)), float("nan"),
-                            dtype=torch.float32),
-            input_dim=1, output_dim=0, weight_loader=weight_loader)
+        k_blocks = -(-input_size_per_partition // BLOCK)
+        shard_rows = [-(-w // BLOCK) for w in output_partition_sizes]
+        scale_cls = ShardBlockScaleParameter if ragged else BlockQuantScaleParameter
+        scale = scale_cls(data=torch.full((sum(shard_rows) if ragged else -(-n // BLOCK), k_blocks), float("nan"),
+                                          dtype=torch.float32),
+                          input_dim=1, output_dim=0, weight_loader=weight_loader)
+        if ragged:
+            scale.shard_starts, scale.shard_rows = _shard_scale_starts(output_partition_sizes), shard_rows
+        layer.blockfp8_ragged_shards = ragged
         layer.register_parameter("weight_scale_inv", scale)
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
@@ -80,7 +152,13 @@ class BlockFp8LinearMethod(LinearMethodBase):
         if torch.isnan(scale).any():
             raise ValueError(f"blockfp8: layer {_layer_name(layer)}: some weight_scale_inv blocks were never "
                              "loaded; the checkpoint is missing scales for this layer")
-        layer.weight = Parameter(layer.weight.data.contiguous(), requires_grad=False)
+        weight = layer.weight.data
+        if getattr(layer, "blockfp8_ragged_shards", False):
+            weight, scale, requantized = fuse_shard_scales(weight, scale, layer.logical_widths)
+            logger.warning("blockfp8: layer %s: fused shards %s are not multiples of 128 rows; %d rows of the "
+                           "128-row blocks they share were requantized to one scale per block",
+                           _layer_name(layer), layer.logical_widths, requantized)
+        layer.weight = Parameter(weight.contiguous(), requires_grad=False)
         layer.weight_scale_inv = Parameter(scale.contiguous(), requires_grad=False)
 
     def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
