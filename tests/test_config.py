@@ -169,6 +169,15 @@ def test_ignored_wildcards():
     assert not _config([]).is_layer_ignored("model.layers.0.self_attn.qkv_proj")
 
 
+def test_wildcard_matching_part_of_a_fused_layer_is_an_error():
+    qc = _config(["*.q_proj", "*.gate_proj", "*.up_proj"])
+    qc.packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+    with pytest.raises(ValueError, match="only some shards of model.layers.1.self_attn.qkv_proj"):
+        qc.is_layer_ignored("model.layers.1.self_attn.qkv_proj")
+    assert qc.is_layer_ignored("model.layers.1.mlp.gate_up_proj")
+    assert not qc.is_layer_ignored("model.layers.1.mlp.down_proj")
+
+
 @pytest.mark.parametrize("fmt", [FP8_BLOCK, NVFP4])
 def test_get_quant_method_on_real_layers(fmt):
     from vllm.model_executor.layers.linear import (MergedColumnParallelLinear, QKVParallelLinear,

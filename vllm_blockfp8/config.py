@@ -132,9 +132,19 @@ class BlockFp8Config(QuantizationConfig):
             return True
         if any(p == prefix or prefix.endswith("." + p) for p in exact):
             return True
+        if not patterns:
+            return False
+        if any(fnmatch.fnmatchcase(prefix, p) for p in patterns):
+            return True
         proj = prefix.split(".")[-1]
-        names = [prefix] + [prefix[: -len(proj)] + s for s in self.packed_modules_mapping.get(proj, [])]
-        return any(fnmatch.fnmatchcase(n, p) for n in names for p in patterns)
+        shards = [prefix[: -len(proj)] + s for s in self.packed_modules_mapping.get(proj, [])]
+        matched = [any(fnmatch.fnmatchcase(n, p) for p in patterns) for n in shards]
+        if any(matched) and not all(matched):
+            # As vLLM does for exact names: one fused layer cannot hold two precisions.
+            raise ValueError(f"blockfp8: the ignore patterns {patterns} match only some shards of {prefix} "
+                             f"({[n for n, m in zip(shards, matched) if m]}); all shards of a fused layer "
+                             "must have the same precision")
+        return bool(shards) and all(matched)
 
     def inner_vllm_config(self) -> QuantizationConfig:
         """vLLM's own config for the same checkpoint (MoE experts and KV-cache scales use it)."""
