@@ -8,6 +8,10 @@
 #   tests        GPU tests (quantizer, GEMV, GEMM, harness, CPU suites are CI's)
 #   sanitize     compute-sanitizer memcheck + racecheck over every kernel row
 #   bench_quant  bench_gemv  bench_gemm  bench_gemv_rows  bench_gemm_rows   benchmark scripts
+#   demo         python -m vllm_blockfp8 demo (needs the offline vLLM bundle unpacked and sourced)
+#   quick, memcheck                                                          short variants
+# The device's copy of the tree has no .git: start the command with
+# BLOCKFP8_GIT_STATE=<sha>[+dirty] (filled in here, before the call) so the result JSON names it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT}"
