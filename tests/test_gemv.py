@@ -191,18 +191,6 @@ def test_ksplit8_wide_n(m, dtype):
     _check(_x(m, 512, dtype), b, s, what=f"N=8200 M={m}")
 
 
-def test_residency_predicate_at_132_sms():
-    """Pure host logic, at the H200's SM count so the expectations do not move with the GPU."""
-    pins = ops.gemv_pins_residency
-    assert not pins(264, 132, 16, 1), "2 blocks per SM is already one wave"
-    assert pins(265, 132, 16, 1)
-    assert pins(396, 132, 16, 1)
-    assert not pins(397, 132, 16, 1), "past 3 blocks per SM stays multi-wave"
-    assert not pins(300, 132, 8, 1), "8-warp blocks lose from any explicit launch bounds"
-    assert not pins(300, 132, 16, 2), "two token tiles spill under the 40-register cap"
-    assert not pins(1, 0, 16, 1)
-
-
 # --------------------------------------------------------------------------------------------
 # Layouts, sizes, bad input
 # --------------------------------------------------------------------------------------------
