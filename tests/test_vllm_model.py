@@ -367,3 +367,48 @@ def test_moe_expert_weights_bit_exact(moe_model, layer):
             assert_bits_equal(params[pre + f"w13_{t}"].data[e], w13, f"layer {layer} expert {e} w13_{t}")
             assert_bits_equal(params[pre + f"w2_{t}"].data[e], ckpt[f"{src}down_proj.{t}"],
                               f"layer {layer} expert {e} w2_{t}")
+
+
+# --------------------------------------------------------------------------------------------
+# SmolLM2-shaped Llama: fused shards that are not multiples of 128 rows
+# --------------------------------------------------------------------------------------------
+
+SMOL = dict(vocab_size=512, hidden_size=576, intermediate_size=1536, num_hidden_layers=1,
+            num_attention_heads=9, num_key_value_heads=3, head_dim=64)
+
+
+@pytest.fixture(scope="module")
+def smol_model(tmp_path_factory):
+    import transformers
+
+    from vllm_blockfp8.tools.quantize import quantize_checkpoint
+
+    root = tmp_path_factory.mktemp("smol_fp8")
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMOL)).to(torch.bfloat16).save_pretrained(
+        str(root / "src"))
+    quantize_checkpoint(str(root / "src"), str(root / "q"), fmt="fp8-block", progress=False)
+    m = _build(str(root / "q"), "blockfp8")
+    _process(m)
+    return m
+
+
+def test_smollm2_shaped_qkv_loads_and_matches_the_checkpoint(smol_model):
+    """q (576 rows) ends mid-block: vLLM's own block-FP8 path refuses this model; ours fuses the
+    scales at load (tests/test_loading.py derives the bound) and the layer computes the
+    checkpoint's weights to within the requantization of the two straddling blocks."""
+    from vllm_blockfp8.layers.linear import BlockFp8LinearMethod
+
+    layer = dict(smol_model.model.named_modules())["model.layers.0.self_attn.qkv_proj"]
+    assert type(layer.quant_method) is BlockFp8LinearMethod and layer.blockfp8_ragged_shards
+    ckpt = smol_model.ckpt
+    exact = torch.cat([reference.dequantize_block_fp8(ckpt[f"model.layers.0.self_attn.{p}_proj.weight"],
+                                                      ckpt[f"model.layers.0.self_attn.{p}_proj.weight_scale_inv"])
+                       for p in "qkv"]).double()
+    q, s = layer.weight.data, layer.weight_scale_inv.data
+    assert tuple(s.shape) == (-(-960 // 128), -(-576 // 128))
+    x = torch.randn(4, 576).to(torch.bfloat16)
+    out = layer.quant_method.apply(layer, x)
+    reference.assert_close_to_ref(out, reference.linear_ref(x, q, s, quantize_activations=False), "smol qkv")
+    want = x.double() @ exact.t()
+    assert ((out.double() - want).norm() / want.norm()).item() < 2.0**-5
