@@ -291,7 +291,8 @@ std::string json_escape(const char* s) {
   return out;
 }
 
-std::string rows_json(int count, const TileRow& (*get)(int)) {
+template <typename GetRow>
+std::string rows_json(int count, GetRow get) {
   std::string out = "[";
   for (int i = 0; i < count; ++i) {
     const TileRow& r = get(i);
@@ -303,9 +304,6 @@ std::string rows_json(int count, const TileRow& (*get)(int)) {
   return out + "]";
 }
 
-int g_cc_for_table = 0;
-const TileRow& linear_row_for_table(int i) { return linear::row(g_cc_for_table, i); }
-
 std::string op_tile_table(std::string family) {
   const DeviceFacts dev = current_device_facts();
   if (family == "gemv") return rows_json(gemv::num_rows(), &gemv::row);
@@ -316,26 +314,20 @@ std::string op_tile_table(std::string family) {
     return "[]";
   }
   STD_TORCH_CHECK(family == "linear", "blockfp8: unknown family ", family);
-  g_cc_for_table = dev.cc;
-  return rows_json(linear::num_rows(dev.cc), &linear_row_for_table);
+  return rows_json(linear::num_rows(dev.cc), [&](int i) -> const TileRow& { return linear::row(dev.cc, i); });
 }
 
 int64_t op_select_row(std::string family, int64_t m, int64_t n, int64_t k) {
   const DeviceFacts dev = current_device_facts();
-  if (family == "gemv") {
-    gemv::Problem p{};
-    p.m = m, p.n = n, p.k = k, p.x_stride = k, p.out_stride = n, p.bf16 = true, p.sm_count = dev.sm_count;
-    return gemv::select(p);
-  }
+  const linear::Shape shape{m, n, k, dev.cc, dev.sm_count};
+  if (family == "gemv") return gemv::select(linear::gemv_shape(shape));
   if (family == "gemm") {
 #ifdef BLOCKFP8_HAS_SM90_GEMM
-    gemm::Problem p{};
-    p.m = m, p.n = n, p.k = k, p.a_scale_ld = (m + 3) / 4 * 4, p.out_bf16 = true, p.sm_count = dev.sm_count;
-    if (dev.cc == 90) return gemm::select(p);
+    if (dev.cc == 90) return gemm::select(linear::gemm_shape(shape));
 #endif
     return -1;
   }
-  return linear::select({m, n, k, dev.cc, dev.sm_count});
+  return linear::select(shape);
 }
 
 // "" when row `row` of `family` can run the problem, else why not (checked before the tensor op:
@@ -343,25 +335,24 @@ int64_t op_select_row(std::string family, int64_t m, int64_t n, int64_t k) {
 std::string op_row_rejects(std::string family, int64_t row, int64_t m, int64_t n, int64_t k, int64_t x_address,
                            int64_t x_stride) {
   const DeviceFacts dev = current_device_facts();
+  const linear::Shape shape{m, n, k, dev.cc, dev.sm_count};
   const char* why = nullptr;
   if (family == "gemv") {
-    gemv::Problem p{};
-    p.x = reinterpret_cast<const void*>(static_cast<uintptr_t>(x_address));
-    p.m = m, p.n = n, p.k = k, p.x_stride = x_stride, p.out_stride = n, p.bf16 = true, p.sm_count = dev.sm_count;
+    gemv::Problem p = linear::gemv_shape(shape);
+    p.x = reinterpret_cast<const void*>(static_cast<uintptr_t>(x_address));  // rows check its alignment
+    p.x_stride = x_stride;
     if (row < 0 || row >= gemv::num_rows()) return "row out of range";
     why = gemv::rejects(int(row), p);
   } else if (family == "gemm") {
 #ifdef BLOCKFP8_HAS_SM90_GEMM
-    gemm::Problem p{};
-    p.m = m, p.n = n, p.k = k, p.a_scale_ld = (m + 3) / 4 * 4, p.out_bf16 = true, p.sm_count = dev.sm_count;
     if (dev.cc != 90 || row < 0 || row >= gemm::num_rows()) return "no such W8A8 GEMM row on this GPU";
-    why = gemm::rejects(int(row), p);
+    why = gemm::rejects(int(row), linear::gemm_shape(shape));
 #else
     return "this build has no W8A8 GEMM";
 #endif
   } else {
     if (row < 0 || row >= linear::num_rows(dev.cc)) return "row out of range";
-    why = linear::rejects(dev.cc, int(row), {m, n, k, dev.cc, dev.sm_count});
+    why = linear::rejects(dev.cc, int(row), shape);
   }
   return why == nullptr ? std::string() : std::string(why);
 }

@@ -4,9 +4,6 @@
 // (benchmarks/results/bench_linear.json). Unsupported: K % 16 != 0 (no path; ops.py rejects it).
 #include "linear.h"
 
-#include "../gemm/gemm.h"
-#include "../gemv/gemv.h"
-
 namespace blockfp8::linear {
 namespace {
 
@@ -45,24 +42,31 @@ Table table(int cc) {
 
 }  // namespace
 
+gemv::Problem gemv_shape(const Shape& s) {
+  gemv::Problem p{};
+  p.m = s.m, p.n = s.n, p.k = s.k, p.x_stride = s.k, p.out_stride = s.n, p.bf16 = true, p.sm_count = s.sm_count;
+  return p;
+}
+
+gemm::Problem gemm_shape(const Shape& s) {
+  gemm::Problem p{};
+  p.m = s.m, p.n = s.n, p.k = s.k, p.a_scale_ld = (s.m + 3) / 4 * 4, p.out_bf16 = true, p.sm_count = s.sm_count;
+  return p;
+}
+
 int num_rows(int cc) { return table(cc).count; }
 const TileRow& row(int cc, int i) { return table(cc).rows[i].info; }
 Path path(int cc, int i) { return table(cc).rows[i].path; }
 
 const char* rejects(int cc, int i, const Shape& s) {
   switch (path(cc, i)) {
-    case Path::kGemv: {
-      gemv::Problem p{};
-      p.m = s.m, p.n = s.n, p.k = s.k, p.x_stride = s.k, p.out_stride = s.n, p.bf16 = true, p.sm_count = s.sm_count;
-      return gemv::select(p) >= 0 ? nullptr : "no GEMV row takes this shape";
-    }
+    case Path::kGemv:
+      return gemv::select(gemv_shape(s)) >= 0 ? nullptr : "no GEMV row takes this shape";
     case Path::kW8A8: {
 #ifdef BLOCKFP8_HAS_SM90_GEMM
       if (cc != 90) return "the W8A8 GEMM is built for SM90 only";
       if (s.k % 128 != 0) return "W8A8 needs K % 128 == 0 (1x128 activation groups)";
-      gemm::Problem p{};
-      p.m = s.m, p.n = s.n, p.k = s.k, p.a_scale_ld = (s.m + 3) / 4 * 4, p.out_bf16 = true, p.sm_count = s.sm_count;
-      return gemm::select(p) >= 0 ? nullptr : "no W8A8 GEMM row takes this shape";
+      return gemm::select(gemm_shape(s)) >= 0 ? nullptr : "no W8A8 GEMM row takes this shape";
 #else
       return "the extension was built without the SM90 W8A8 GEMM";
 #endif

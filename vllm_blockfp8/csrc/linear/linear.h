@@ -6,6 +6,8 @@
 #include <cstdint>
 
 #include "../common/tile_row.h"
+#include "../gemm/gemm.h"
+#include "../gemv/gemv.h"
 
 namespace blockfp8::linear {
 
@@ -16,6 +18,11 @@ struct Shape {
   int cc;        // compute capability, major * 10 + minor
   int sm_count;  // multiprocessors (the kernel tables size grids from it)
 };
+
+// Shape-only problems (null pointers, bf16, contiguous operands): what the tables are asked when
+// no tensors exist yet (path checks, select_row, row_rejects).
+gemv::Problem gemv_shape(const Shape& s);
+gemm::Problem gemm_shape(const Shape& s);
 
 int num_rows(int cc);
 const TileRow& row(int cc, int i);
