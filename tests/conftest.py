@@ -61,3 +61,16 @@ def cpu_layers():
 def seeded():
     torch.manual_seed(0)
     return torch.Generator().manual_seed(0)
+
+
+def poison_cuda_cache(*nbytes: int) -> None:
+    """Fill freed blocks of the CUDA caching allocator with 0xFF bytes (NaN as fp8 e4m3fn, bf16,
+    fp16 and fp32), so an op output carved from them fails any check on an element the kernel left
+    unwritten: one block of each size given (the sizes the op is about to allocate), a large block,
+    and 16 blocks of the small-allocation pool (requests up to 1 MiB are served from it)."""
+    blocks = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in nbytes if n > 0]
+    blocks.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+    blocks += [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(16)]
+    for block in blocks:
+        block.fill_(0xFF)
+    del blocks

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import poison_cuda_cache
 
 from vllm_blockfp8 import ops, reference, shapes
 
@@ -43,16 +44,6 @@ OUT_DTYPES = (torch.bfloat16, torch.float16)
 # Every small/ragged shape with N % 8 == 0 (the GEMM's TMA store needs 16-byte output rows).
 SMALL = tuple(s for s in shapes.SMALL if s.n % 8 == 0)
 MODEL = (shapes.by_name("qwen3-8b.qkv"), shapes.by_name("dsv3.2112x7168"))
-
-
-def _poison_allocator() -> None:
-    """Fill the caching allocator's free memory with NaN bytes, then hand it back to the cache."""
-    blocks = [torch.empty(256 << 20, dtype=torch.uint8, device="cuda")]
-    # Allocations up to 1 MiB come from a separate small-block pool: poison that one too.
-    blocks += [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(16)]
-    for b in blocks:
-        b.fill_(0xFF)
-    del blocks
 
 
 def _operands(m: int, n: int, k: int, *, seed: int, positive: bool = False):
@@ -92,7 +83,7 @@ def _assert_close(out: torch.Tensor, ref: torch.Tensor, what: str, *, long_k: bo
 
 def _check(m, n, k, out_dtype, row, *, seed=0, positive=False):
     a, a_scale, b, b_scale = _operands(m, n, k, seed=seed, positive=positive)
-    _poison_allocator()
+    poison_cuda_cache(m * n * 2)
     out = ops.blockfp8_gemm(a, a_scale, b, b_scale, out_dtype, row=row)
     assert out.dtype == out_dtype and out.shape == (m, n)
     ref = reference.gemm_ref(a, a_scale, b, b_scale)

@@ -6,9 +6,9 @@ rounding of the output to x's dtype; reference.assert_close_to_ref bounds exactl
 by element and in norm. The long-K case (K = 16384, all-positive operands, so nothing cancels)
 is where a partial sum kept in 16 bits, or a block scale applied to the wrong block, shows.
 
-Poisoning: the op allocates its output, so each call first allocates a NaN-filled tensor of the
-output's size and frees it; the caching allocator hands that block back as the output, and
-assert_close_to_ref fails on any element the kernel left unwritten.
+Poisoning: the op allocates its output, so each call first fills a freed block of the output's
+size with NaN bytes (conftest.poison_cuda_cache); the caching allocator hands that block back as
+the output, and assert_close_to_ref fails on any element the kernel left unwritten.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import functools
 
 import pytest
 import torch
+from conftest import poison_cuda_cache
 
 from vllm_blockfp8 import ops, reference, shapes
 
@@ -73,8 +74,7 @@ def _x(m: int, k: int, dtype, positive: bool = False, seed: int = 1) -> torch.Te
 
 
 def _gemv_poisoned(x, b, b_scale, row=None) -> torch.Tensor:
-    poison = torch.full((x.shape[0], b.shape[0]), float("nan"), dtype=x.dtype, device=x.device)
-    del poison
+    poison_cuda_cache(x.shape[0] * b.shape[0] * x.element_size())
     return ops.blockfp8_gemv(x, b, b_scale, row=row)
 
 

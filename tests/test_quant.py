@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import poison_cuda_cache
 
 from vllm_blockfp8 import ops, reference
 
@@ -49,12 +50,6 @@ def _input(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     return x
 
 
-def _poison(*nbytes: int) -> None:
-    blocks = [torch.full((n,), 0xFF, dtype=torch.uint8, device="cuda") for n in nbytes]
-    blocks.append(torch.full((64 << 20,), float("nan"), dtype=torch.float32, device="cuda"))
-    del blocks
-
-
 def _check(q: torch.Tensor, s: torch.Tensor, x: torch.Tensor, what: str) -> None:
     m, k = x.shape
     rq, rs = reference.quantize_per_token_group(x.cpu(), G)
@@ -78,7 +73,7 @@ def _check(q: torch.Tensor, s: torch.Tensor, x: torch.Tensor, what: str) -> None
 def test_quant_bit_exact(m, k, dtype):
     x = _input(m, k, dtype, seed=m * 10007 + k).cuda()
     m4 = -(-m // 4) * 4
-    _poison(m * k, (k // G) * m4 * 4)
+    poison_cuda_cache(m * k, (k // G) * m4 * 4)
     q, s = ops.per_token_group_quant(x, G)
     torch.cuda.synchronize()
     _check(q, s, x, f"M={m} K={k} {dtype}")

@@ -241,11 +241,13 @@ def assert_close_to_ref(out: torch.Tensor, ref: torch.Tensor, what: str = "outpu
 
 def first_mismatch(a: torch.Tensor, b: torch.Tensor):
     """First coordinate where two tensors differ bit for bit, or None (for quantizer tests)."""
-    av = a.detach().cpu().contiguous().view(torch.uint8) if a.element_size() == 1 else a.detach().cpu()
-    bv = b.detach().cpu().contiguous().view(torch.uint8) if b.element_size() == 1 else b.detach().cpu()
-    if a.dtype == torch.float32:
-        av, bv = a.detach().cpu().contiguous().view(torch.int32), b.detach().cpu().contiguous().view(torch.int32)
-    diff = (av != bv).nonzero()
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+    def raw(t):
+        t = t.detach().cpu().contiguous()
+        return t.view(bits[t.element_size()]) if t.is_floating_point() else t
+
+    diff = (raw(a) != raw(b)).nonzero()
     return None if diff.numel() == 0 else [int(i) for i in diff[0]]
 
 
