@@ -184,5 +184,6 @@ for f in "$E2E"/*/results.md; do
 done
 echo
 echo "E2E SUMMARY ($(( $(date +%s) - T0 ))s total; logs and JSON in $E2E)"
-{ printf 'stage\trc\tseconds\tnote\n'; cat "$SUMMARY"; } | column -t -s $'\t'
+{ printf 'stage\trc\tseconds\tnote\n'; cat "$SUMMARY"; } \
+  | awk -F'\t' '{ printf "%-20s %-4s %-8s %s\n", $1, $2, $3, $4 }'  # the device image has no column(1)
 awk -F'\t' '$2 != 0 { bad = 1 } END { exit bad }' "$SUMMARY"

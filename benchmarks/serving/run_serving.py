@@ -49,6 +49,12 @@ FULL = dict(lat_iters=(3, 10), prefill=(1024, 1, 512), mixed=(512, 256, 256),
             serve_len=(512, 128), prompts_per_conc=8, max_num_seqs=128, server_wait=420)
 QUICK = dict(lat_iters=(1, 3), prefill=(1024, 1, 128), mixed=(512, 128, 64),
              serve_len=(512, 64), prompts_per_conc=3, max_num_seqs=64, server_wait=240)
+# Batch-1 latency replays only the size-1 decode graph. vLLM's DeepGEMM warmup JIT-compiles a
+# kernel for every M up to max-num-batched-tokens (seen on the H200: > 5 minutes for a 36-layer
+# model), so the latency stage skips it (VLLM_DEEP_GEMM_WARMUP=skip unless set) and captures a few
+# graph sizes: what it needs is compiled in capture and in the untimed warmup iterations, the same
+# for every variant. Stages without an untimed warmup (throughput, serve) keep vLLM's default.
+LATENCY_CC = {"cudagraph_capture_sizes": [1, 2, 4, 8]}
 FAST_START_CC = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
                  "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64]}
 
@@ -79,16 +85,18 @@ class Bench:
             args += ["-cc", json.dumps(FAST_START_CC)]
         return model, args
 
-    def run(self, name: str, cmd: list[str], cap: float) -> tuple[int, float, Path]:
+    def run(self, name: str, cmd: list[str], cap: float,
+            env: dict[str, str] | None = None) -> tuple[int, float, Path]:
         log = self.a.out / "logs" / f"{name}.log"
         cap = min(cap, self.left())
         if cap < 20:
             return 125, 0.0, log
         t = time.time()
         with open(log, "w") as f:
-            f.write(shlex.join(cmd) + "\n\n")
+            f.write("".join(f"{k}={v} " for k, v in (env or {}).items()) + shlex.join(cmd) + "\n\n")
             f.flush()
-            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, **(env or {})})
             note_pid(proc.pid)
             try:
                 rc = proc.wait(timeout=cap)
@@ -126,11 +134,15 @@ class Bench:
         model, eargs = self.engine_args(v)
         js = self.a.out / f"latency-{v}.json"
         warm, iters = self.p["lat_iters"]
+        if not self.a.quick:
+            eargs += ["-cc", json.dumps(LATENCY_CC)]
         cmd = [*VLLM, "bench", "latency", "--model", model, *eargs, "--batch-size", "1",
                "--input-len", "128", "--output-len", "128", "--num-iters-warmup", str(warm),
                "--num-iters", str(iters), "--output-json", str(js)]
-        rc, secs, log = self.run(f"latency-{v}", cmd, self.a.stage_cap_s)
-        row = dict(stage="latency", variant=v, case="b1", rc=rc, seconds=secs, log=log, cmd=cmd)
+        env = {"VLLM_DEEP_GEMM_WARMUP": os.environ.get("VLLM_DEEP_GEMM_WARMUP", "skip")}
+        rc, secs, log = self.run(f"latency-{v}", cmd, self.a.stage_cap_s, env)
+        row = dict(stage="latency", variant=v, case="b1", rc=rc, seconds=secs, log=log, cmd=cmd,
+                   env=env)
         if rc == 0:
             r = json.loads(js.read_text())
             row.update(avg_latency_s=r["avg_latency"], p50_latency_s=r["percentiles"]["50"],
