@@ -11,7 +11,9 @@ path on SmolLM2's 576-wide projections) is reported in the table and does not fa
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -92,6 +94,54 @@ def tail(path: Path, n: int = 3) -> str:
         return ""
     lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     return " | ".join(lines[-n:])[-400:]
+
+
+# "SomeError: message" at the end of a log line (vLLM prefixes engine-core lines with a process tag).
+_ERROR_LINE = re.compile(r"\b([A-Za-z_.]*(?:Error|Exception)): (.+)$")
+# What the front end raises about a failed engine core: a consequence, never the cause.
+_CONSEQUENCES = ("Engine core initialization failed",)
+
+
+def root_cause(path: Path) -> str:
+    """The first exception line of a log that is not a known consequence of an earlier one.
+
+    A vLLM engine that fails to start prints the real error (say an AssertionError in a kernel
+    wrapper) in the engine-core process, then the front end raises a generic RuntimeError; the
+    tail of the log only shows the latter. Falls back to tail() when no exception line is found.
+    """
+    if not path.exists():
+        return ""
+    for ln in path.read_text(errors="replace").splitlines():
+        m = _ERROR_LINE.search(ln.strip())
+        if m and not any(c in m.group(2) for c in _CONSEQUENCES):
+            return f"{m.group(1)}: {m.group(2)}"[:400]
+    return tail(path)
+
+
+def collect(rc: int, js: Path, log: Path, secs: float, variant: str) -> tuple[dict | None, str]:
+    """(the worker's record or None, a status line) for one finished worker.
+
+    A worker whose result file is written and whose log says ``WORKER OK`` succeeded even if the
+    process then died: on the H200, vLLM 0.26 engines sometimes abort during interpreter teardown
+    ("terminate called without an active exception", rc -6) after every result is on disk.
+    """
+    if js.exists() and (rc == 0 or f"WORKER OK {variant}" in log.read_text(errors="replace")):
+        note = "" if rc == 0 else f"; exit rc={rc} after writing results (vLLM teardown)"
+        return json.loads(js.read_text()), f"ok ({secs:.0f}s{note})"
+    if rc == 124:
+        return None, f"timeout after {secs:.0f}s: {tail(log)}"
+    return None, f"rc={rc}: {root_cause(log)}"
+
+
+def finish_worker(rc: int) -> None:
+    """End a worker process now, with its exit code, skipping interpreter teardown.
+
+    The result file is already written; letting Python tear down a live vLLM engine is what aborts
+    with rc -6 on the H200, and there is nothing left to clean up that the OS does not.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 def markdown_table(rows: list[dict], cols: list[str]) -> str:

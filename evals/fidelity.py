@@ -33,7 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-from evals import OWN_VARIANTS, VARIANTS, llm_kwargs, markdown_table, run_worker, tail
+from evals import (OWN_VARIANTS, VARIANTS, collect, finish_worker, llm_kwargs, markdown_table,
+                   run_worker, tail)
 
 PROMPTS = [
     "The capital of France is",
@@ -306,7 +307,7 @@ def main() -> int:
     if a.self_test:
         return self_test()
     if a.variant:
-        return worker(a)
+        finish_worker(worker(a))
     if not (a.bf16 and a.fp8block and a.out):
         ap.error("--bf16, --fp8block and --out are required")
     names = [v for v in a.variants.split(",") if v]
@@ -338,11 +339,9 @@ def main() -> int:
         args += ["--quantization", v.quantization] if v.quantization else []
         args += ["--compile"] if a.compile else []
         rc, secs = run_worker(args, log, a.timeout_s)
-        if rc == 0 and js.exists():
-            recorded[name] = json.loads(js.read_text())
-            status[name] = f"ok ({secs:.0f}s)"
-        else:
-            status[name] = f"{'timeout' if rc == 124 else f'rc={rc}'}: {tail(log)}"
+        rec, status[name] = collect(rc, js, log, secs, name)
+        if rec is not None:
+            recorded[name] = rec
         print(f"[fidelity] {name}: {status[name]}", flush=True)
     rows = []
     for name in names:

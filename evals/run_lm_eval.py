@@ -25,7 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from evals import OWN_VARIANTS, VARIANTS, llm_kwargs, markdown_table, run_worker, tail
+from evals import (OWN_VARIANTS, VARIANTS, collect, finish_worker, llm_kwargs, markdown_table,
+                   run_worker)
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 TASK = "blockfp8_mc"
@@ -104,7 +105,7 @@ def main() -> int:
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.variant:
-        return worker(a)
+        finish_worker(worker(a))
     if not (a.bf16 and a.fp8block and a.out):
         ap.error("--bf16, --fp8block and --out are required")
     names = [v for v in a.variants.split(",") if v]
@@ -123,11 +124,9 @@ def main() -> int:
         args += ["--limit", str(a.limit)] if a.limit else []
         args += ["--compile"] if a.compile else []
         rc, secs = run_worker(args, log, a.timeout_s)
-        if rc == 0 and js.exists():
-            recs[name] = json.loads(js.read_text())
-            status[name] = f"ok ({secs:.0f}s)"
-        else:
-            status[name] = f"{'timeout' if rc == 124 else f'rc={rc}'}: {tail(log)}"
+        rec, status[name] = collect(rc, js, log, secs, name)
+        if rec is not None:
+            recs[name] = rec
         print(f"[lm_eval] {name}: {status[name]}", flush=True)
     ref = recs.get("bf16")
     rows = []

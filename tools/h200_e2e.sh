@@ -19,7 +19,7 @@
 #   serving_quick  420  all three serving stages, --quick, on the 4-layer model
 #   loadtest       LOADTEST_MIN*60+240  run_serving.py --loadtest (exit 1 on any failed request)
 #
-# Environment: LAYERS (36; the serving model's depth), QUICK=1 (latency/throughput/serve_sweep/
+# Environment: PACK (1: pack $OUT/e2e into $OUT/e2e.tgz at the end), PACK_MAX_MB (3), LAYERS (36; the serving model's depth), QUICK=1 (latency/throughput/serve_sweep/
 # loadtest with --quick on the 4-layer model), VARIANTS (run_serving's, default
 # blockfp8,vllm-fp8-block,bf16; split a stage across calls with it), THROUGHPUT_CASES
 # (prefill,mixed; prefill with QUICK=1), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
@@ -186,4 +186,16 @@ echo
 echo "E2E SUMMARY ($(( $(date +%s) - T0 ))s total; logs and JSON in $E2E)"
 { printf 'stage\trc\tseconds\tnote\n'; cat "$SUMMARY"; } \
   | awk -F'\t' '{ printf "%-20s %-4s %-8s %s\n", $1, $2, $3, $4 }'  # the device image has no column(1)
-awk -F'\t' '$2 != 0 { bad = 1 } END { exit bad }' "$SUMMARY"
+BAD=$(awk -F'\t' '$2 != 0 { bad = 1 } END { print bad + 0 }' "$SUMMARY")
+
+# The device returns at most 8 files of 16 MiB each: pack $E2E into $OUT/e2e.tgz, leaving out
+# files over PACK_MAX_MB (named in omitted.txt; a 2026-11-29 run lost every log to one oversized
+# archive). PACK=0 keeps the folder as it is.
+if [ "${PACK:-1}" = 1 ]; then
+  LIMIT=$(( ${PACK_MAX_MB:-3} * 1048576 ))  # in bytes: find rounds -size NM up to whole MiB
+  find "$E2E" -type f -size +"$LIMIT"c -printf '%s %P\n' > "$E2E/omitted.txt"
+  (cd "$OUT" && find e2e -type f ! -size +"$LIMIT"c -print0 \
+     | tar czf e2e.tgz --null -T - && rm -rf e2e)
+  echo "packed: $(du -h "$OUT/e2e.tgz" | cut -f1) in $OUT/e2e.tgz"
+fi
+exit "$BAD"

@@ -69,6 +69,7 @@ def tables(runs: list[dict]) -> dict[str, str]:
 
 
 def plot(runs: list[dict], path: Path) -> bool:
+    """One panel per stage that has at least one measured run; False without matplotlib or data."""
     try:
         import matplotlib
 
@@ -77,33 +78,47 @@ def plot(runs: list[dict], path: Path) -> bool:
     except ImportError:
         return False
     variants = list(dict.fromkeys(r["variant"] for r in runs))
-    fig, ax = plt.subplots(2, 2, figsize=(12, 8))
-    lat = {r["variant"]: r.get("decode_tok_s") or 0 for r in runs if r["stage"] == "latency"}
-    ax[0, 0].bar(list(lat), list(lat.values()))
-    ax[0, 0].set_title("batch-1 decode (tok/s, higher is better)")
-    cases = [c for c in ("prefill", "mixed")
-             if any(r["stage"] == "throughput" and r.get("case") == c for r in runs)]
-    width = 0.8 / max(len(variants), 1)
-    for i, v in enumerate(variants):
-        vals = [next((r.get("tok_s") or 0 for r in runs if r["stage"] == "throughput"
-                      and r["variant"] == v and r.get("case") == c), 0) for c in cases]
-        ax[0, 1].bar([j + i * width for j in range(len(cases))], vals, width, label=v)
-    ax[0, 1].set_xticks([j + 0.4 - width / 2 for j in range(len(cases))], cases)
-    ax[0, 1].set_title("offline throughput (total tok/s)")
-    ax[0, 1].legend(fontsize=8)
-    for v in variants:
-        pts = sorted((r["concurrency"], r) for r in runs
-                     if r["stage"] == "serve" and r["variant"] == v and r.get("output_throughput"))
-        if pts:
-            ax[1, 0].plot([c for c, _ in pts], [r["output_throughput"] for _, r in pts], "o-",
-                          label=v)
-            ax[1, 1].plot([c for c, _ in pts], [r["median_tpot_ms"] for _, r in pts], "o-",
-                          label=v)
-    for a, title in ((ax[1, 0], "serving output tok/s vs concurrency"),
-                     (ax[1, 1], "serving median TPOT ms vs concurrency (lower is better)")):
-        a.set_xscale("log", base=2)
-        a.set_title(title)
-        a.legend(fontsize=8)
+    measured = lambda stage, key: [r for r in runs if r["stage"] == stage and r.get(key)]  # noqa: E731
+    panels = []
+    if measured("latency", "decode_tok_s"):
+        panels.append("latency")
+    if measured("throughput", "tok_s"):
+        panels.append("throughput")
+    if measured("serve", "output_throughput"):
+        panels += ["serve_tok_s", "serve_tpot"]
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        if panel == "latency":
+            lat = {r["variant"]: r["decode_tok_s"] for r in measured("latency", "decode_tok_s")}
+            bars = ax.bar(list(lat), list(lat.values()), color="tab:blue")
+            ax.bar_label(bars, fmt="%.0f")
+            missing = [v for v in variants if v not in lat]
+            ax.set_title("batch-1 decode tok/s (higher is better)"
+                         + (f"\nnot measured: {', '.join(missing)}" if missing else ""))
+        elif panel == "throughput":
+            cases = [c for c in ("prefill", "mixed") if any(r.get("case") == c for r in measured("throughput", "tok_s"))]
+            width = 0.8 / max(len(variants), 1)
+            for i, v in enumerate(variants):
+                vals = [next((r["tok_s"] for r in measured("throughput", "tok_s")
+                              if r["variant"] == v and r.get("case") == c), 0) for c in cases]
+                ax.bar([j + i * width for j in range(len(cases))], vals, width, label=v)
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))], cases)
+            ax.set_title("offline throughput (total tok/s)")
+            ax.legend(fontsize=8)
+        else:
+            key, title = (("output_throughput", "serving output tok/s vs concurrency")
+                          if panel == "serve_tok_s" else
+                          ("median_tpot_ms", "serving median TPOT ms vs concurrency (lower is better)"))
+            for v in variants:
+                pts = sorted((r["concurrency"], r[key]) for r in measured("serve", "output_throughput")
+                             if r["variant"] == v and r.get(key) is not None)
+                if pts:
+                    ax.plot([c for c, _ in pts], [y for _, y in pts], "o-", label=v)
+            ax.set_xscale("log", base=2)
+            ax.set_title(title)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -49,6 +49,9 @@ FULL = dict(lat_iters=(3, 10), prefill=(1024, 1, 512), mixed=(512, 256, 256),
             serve_len=(512, 128), prompts_per_conc=8, max_num_seqs=128, server_wait=420)
 QUICK = dict(lat_iters=(1, 3), prefill=(1024, 1, 128), mixed=(512, 128, 64),
              serve_len=(512, 64), prompts_per_conc=3, max_num_seqs=64, server_wait=240)
+# Every engine logs the kernel row that serves each blockfp8 layer shape, once per shape (other
+# variants never reach our ops, so the switch changes nothing there).
+ENGINE_ENV = {"BLOCKFP8_LOG_ROWS": os.environ.get("BLOCKFP8_LOG_ROWS", "1")}
 # Batch-1 latency replays only the size-1 decode graph. vLLM's DeepGEMM warmup JIT-compiles a
 # kernel for every M up to max-num-batched-tokens (seen on the H200: > 5 minutes for a 36-layer
 # model), so the latency stage skips it (VLLM_DEEP_GEMM_WARMUP=skip unless set) and captures a few
@@ -93,10 +96,11 @@ class Bench:
             return 125, 0.0, log
         t = time.time()
         with open(log, "w") as f:
-            f.write("".join(f"{k}={v} " for k, v in (env or {}).items()) + shlex.join(cmd) + "\n\n")
+            env = {**ENGINE_ENV, **(env or {})}
+            f.write("".join(f"{k}={v} " for k, v in env.items()) + shlex.join(cmd) + "\n\n")
             f.flush()
             proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**os.environ, **(env or {})})
+                                    env={**os.environ, **env})
             note_pid(proc.pid)
             try:
                 rc = proc.wait(timeout=cap)
@@ -176,9 +180,10 @@ class Bench:
         cmd = [*VLLM, "serve", model, "--host", "127.0.0.1", "--port", str(port),
                "--served-model-name", "m", *eargs]
         f = open(log, "w")
-        f.write(shlex.join(cmd) + "\n\n")
+        f.write("".join(f"{k}={v} " for k, v in ENGINE_ENV.items()) + shlex.join(cmd) + "\n\n")
         f.flush()
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **ENGINE_ENV})
         note_pid(proc.pid)
         t, wait = time.time(), min(self.p["server_wait"], self.left())
         try:
@@ -294,7 +299,7 @@ def tail(log, n: int = 3) -> str:
 KERNEL_HINT = re.compile(r"(?i)deep_?gemm|cutlass|blockfp8|fp8.*(kernel|linear|backend)")
 
 
-def kernel_lines(log, n: int = 4) -> list[str]:
+def kernel_lines(log, n: int = 12) -> list[str]:
     """The log lines that say which GEMM backend each variant ended up on (first n)."""
     p = Path(log) if log else None
     if not p or not p.exists():

@@ -1,7 +1,7 @@
 // Linear path tables, one per arch, as data: first row with max_m >= M whose path can serve the
-// shape wins. The GEMV/GEMM crossover is the measured point where quantizing the activations and
-// running the tensor-core W8A8 GEMM beats re-reading the weight per token group in the GEMV
-// (benchmarks/results/bench_linear.json). Unsupported: K % 16 != 0 (no path; ops.py rejects it).
+// shape wins. The GEMV/GEMM crossover is where quantizing the activations and running the
+// tensor-core W8A8 GEMM beats re-reading the weight per token group in the GEMV (see the Hopper
+// table's comment for what is measured). Unsupported: K % 16 != 0 (no path; ops.py rejects it).
 #include "linear.h"
 
 namespace blockfp8::linear {

@@ -1,0 +1,86 @@
+"""The eval drivers' bookkeeping (CPU): what counts as a finished worker, and which error is named.
+
+Both behaviours were learned on the H200: vLLM 0.26 workers that had written every result still
+died with rc -6 in interpreter teardown, and vLLM's block-FP8 path refusing SmolLM2 (K = 576)
+showed up only as "Engine core initialization failed" at the tail of the log.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from evals import collect, root_cause
+
+# The shape of a real failure log from the H200 run (engine core first, then the front end).
+VLLM_REFUSAL_LOG = """\
+(EngineCore pid=5162) INFO 11-29 23:21:26 [__init__.py:604] Selected DeepGemmFp8BlockScaledMMKernel
+(EngineCore pid=5162) ERROR 11-29 23:21:30 [core.py:1330] EngineCore failed to start.
+(EngineCore pid=5162) ERROR 11-29 23:21:30 [core.py:1330]     assert x.shape[-1] % group_size == 0, (
+(EngineCore pid=5162) ERROR 11-29 23:21:30 [core.py:1330] AssertionError: the last dimension of `x` 576 \
+must be divisible by `group_size` 128
+Traceback (most recent call last):
+  File "/tmp/site/vllm/v1/engine/utils.py", line 1272, in wait_for_engine_startup
+    raise RuntimeError(
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+"""
+
+
+def _worker_files(tmp_path: Path, log_text: str, with_result: bool) -> tuple[Path, Path]:
+    js, log = tmp_path / "v.json", tmp_path / "v.log"
+    log.write_text(log_text)
+    if with_result:
+        js.write_text(json.dumps({"variant": "blockfp8", "metrics": {"acc,none": 0.66}}))
+    return js, log
+
+
+def test_root_cause_names_the_engine_core_error_not_the_front_end_one(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_text(VLLM_REFUSAL_LOG)
+    cause = root_cause(log)
+    assert cause.startswith("AssertionError: the last dimension of `x` 576"), cause
+
+
+def test_root_cause_falls_back_to_the_tail(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_text("starting\nKilled\n")
+    assert root_cause(log) == "starting | Killed"
+    assert root_cause(tmp_path / "missing.log") == ""
+
+
+def test_collect_accepts_a_worker_that_aborts_after_writing_results(tmp_path):
+    js, log = _worker_files(tmp_path, "WORKER OK blockfp8: {}\nterminate called without an active exception\n",
+                            with_result=True)
+    rec, status = collect(-6, js, log, 42.0, "blockfp8")
+    assert rec is not None and rec["metrics"]["acc,none"] == 0.66
+    assert status.startswith("ok (42s; exit rc=-6"), status
+
+
+def test_collect_refuses_results_without_the_ok_line_or_file(tmp_path):
+    js, log = _worker_files(tmp_path, "terminate called without an active exception\n", with_result=True)
+    rec, status = collect(-6, js, log, 1.0, "blockfp8")
+    assert rec is None and status.startswith("rc=-6")
+    # The OK line of another variant does not count either.
+    js, log = _worker_files(tmp_path, "WORKER OK bf16: {}\n", with_result=True)
+    assert collect(-6, js, log, 1.0, "blockfp8")[0] is None
+    js.unlink()
+    js, log = _worker_files(tmp_path, "WORKER OK blockfp8: {}\n", with_result=False)
+    assert collect(0, js, log, 1.0, "blockfp8")[0] is None
+
+
+def test_collect_names_timeouts_and_root_causes(tmp_path):
+    js, log = _worker_files(tmp_path, VLLM_REFUSAL_LOG, with_result=False)
+    rec, status = collect(1, js, log, 9.0, "vllm-fp8-block")
+    assert rec is None and "AssertionError" in status and "576" in status
+    rec, status = collect(124, js, log, 150.0, "vllm-fp8-block")
+    assert rec is None and status.startswith("timeout after 150s")
+
+
+def test_finish_worker_exits_with_the_code_and_keeps_output():
+    code = "from evals import finish_worker; print('WORKER OK x', flush=False); finish_worker(3)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=60)
+    assert proc.returncode == 3
+    assert "WORKER OK x" in proc.stdout
