@@ -6,9 +6,12 @@ at the measured copy bandwidth, so "/floor" inverts to the % of copy bandwidth i
 Peers: vllm_quant (vLLM's CUDA per_token_group_fp8_quant, same layout) and torch_eager (the
 reference quantizer as eager torch ops). Rotation: copies of x until 256 MiB (at most 256 copies:
 below M ~ 128 the inputs stay L2-resident, where the quantizer is launch-bound anyway).
+ours = the row the op selects by M (shown); --rows adds every row of the quant tile table forced
+through ops.per_token_group_quant(x, row=i), timed by the same harness on the same copies.
 
   python -m benchmarks.bench_quant                     # K = 4096,7168,12288
   python -m benchmarks.bench_quant --shapes 7168 --m 1024,8192
+  python -m benchmarks.bench_quant --rows              # every quant row side by side, forced
   python -m benchmarks.bench_quant --dry-run
 """
 
@@ -39,6 +42,7 @@ def k_values(spec: str, quick: bool) -> list[int]:
 
 def main(argv=None) -> int:
     parser = harness.common_parser(__doc__, shapes.QUANT_M)
+    parser.add_argument("--rows", action="store_true", help="also time every forced quant row")
     args = parser.parse_args(argv)
     runner = harness.start(SCRIPT, args)
     ms = harness.parse_m(args.m)
@@ -54,8 +58,15 @@ def main(argv=None) -> int:
                 variants.append(harness.Variant("ours", skip=ops_why))
             else:
                 variants.append(harness.Variant(
-                    "ours", strict=False, check=None if dry else _check(xs),
+                    "ours", row="dry" if dry else peers.selected_row(ops, "quant", m, 0, k), strict=False,
+                    check=None if dry else _check(xs),
                     factory=lambda i: (lambda x=xs[i]: ops.per_token_group_quant(x))))
+                if args.rows:
+                    for r, row in enumerate(peers.forced_rows(ops, "quant", dry)):
+                        variants.append(harness.Variant(
+                            f"ours@{row['name']}", row=row["name"], strict=False,
+                            check=None if dry else _check(xs),
+                            factory=lambda i, r=r: (lambda x=xs[i]: ops.per_token_group_quant(x, row=r))))
             for p in peer_list:
                 variants.append(harness.Variant(
                     p.name, skip=unavailable.get(p.name) or p.rejects(m, 0, k),

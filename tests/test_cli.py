@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 import vllm_blockfp8
-from vllm_blockfp8 import cli
+from vllm_blockfp8 import cli, ops
 
 SUBCOMMANDS = ("quantize", "info", "bench", "demo")
 
@@ -62,9 +62,13 @@ def test_info_json(capsys):
     assert cli.main(["info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert {"vllm_blockfp8", "vllm", "torch", "torch_cuda", "gpu", "extension", "tile_tables"} <= set(info)
-    assert set(info["tile_tables"]) == {"linear", "gemv", "gemm"}
+    assert set(info["tile_tables"]) == {"linear", "gemv", "gemm", "quant"}
     if not torch.cuda.is_available():
-        assert info["gpu"] is None and all(v == [] for v in info["tile_tables"].values())
+        assert info["gpu"] is None
+        assert all(v == [] for f, v in info["tile_tables"].items() if f != "quant")
+    # The quant table is the same on every arch: listed whenever the extension is built.
+    names = [r["name"] for r in info["tile_tables"]["quant"]]
+    assert names == ([r["name"] for r in ops.tile_table("quant")] if ops.HAS_CUDA_KERNELS else [])
 
 
 def test_info_survives_broken_ops(monkeypatch, capsys):

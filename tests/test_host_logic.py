@@ -2,6 +2,7 @@
 without a GPU), so these checks do not wait for a GPU machine."""
 
 import pytest
+import torch
 
 from vllm_blockfp8 import ops
 
@@ -26,3 +27,32 @@ def test_build_info_names_the_compiled_archs():
     assert info["compiled"] is True and info["archs"], info
     assert set(info["families"]) == {"quant", "gemv", "gemm"}
     assert (info["families"]["gemm"] == "9.0a") == ("9.0a" in info["archs"]), info
+
+
+def test_quant_table_lists_both_rows_with_reasons():
+    """The quant table is arch-independent, so it is listed (and selected from) without a GPU."""
+    rows = ops.tile_table("quant")
+    assert [r["name"] for r in rows] == ["quant_lane16", "quant_lane16_g4_persistent"], rows
+    assert all(r["reason"] for r in rows), rows
+    assert rows[0]["max_m"] is None, "row 0 must take every M so later rows stay forced-only"
+    assert "63%" in rows[0]["reason"] and "1.89x" in rows[0]["reason"], rows[0]
+    assert "candidate, not measured on the H200 yet; forced only" in rows[1]["reason"], rows[1]
+
+
+@pytest.mark.parametrize("k", [128, 640, 7168])
+def test_quant_default_selects_row_0_for_every_m(k):
+    for m in (0, 1, 3, 16, 83, 1024, 1500, 65535 * 16 + 1, 1 << 24):
+        assert ops.selected_row("quant", m, 0, k) == "quant_lane16", (m, k)
+
+
+def test_quant_row_rejects():
+    rejects = torch.ops.blockfp8.row_rejects
+    for row in (0, 1):
+        assert rejects("quant", row, 83, 0, 640, 0, 640) == ""
+        assert rejects("quant", row, 83, 0, 640, 1 << 20, 0) == "", "broadcast rows (stride 0) read in place"
+        assert "16-byte aligned" in rejects("quant", row, 83, 0, 640, 8, 640)
+        assert "16-byte aligned" in rejects("quant", row, 83, 0, 640, 0, 644)
+        assert rejects("quant", row, 1, 0, 640, 0, 3) == "", "one row: its stride is never used"
+        assert "multiple of 128" in rejects("quant", row, 4, 0, 200, 0, 200)
+        assert rejects("quant", row, 5, 0, 0, 8, 1) == "", "K = 0 reads nothing (torch gives [5, 0] stride 1)"
+    assert rejects("quant", 2, 4, 0, 128, 0, 128) == "row out of range"

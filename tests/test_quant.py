@@ -10,6 +10,13 @@ and one outlier element, scattered over rows and groups.
 Poisoning: before each call the caching allocator is filled with 0xFF (NaN in fp32 and in e4m3)
 through blocks of the outputs' sizes and one large block, which are freed and handed back as the
 outputs; an element the kernel left unwritten then differs from the reference.
+
+Rows: every row of the quant tile table is forced through every GPU test (each row must produce
+the reference's bits on its own, including rows that selection by M never picks yet), plus the
+default path. K = 640 is 5 groups, not a multiple of the 4 groups per lane of
+quant_lane16_g4_persistent (a tail tile); M = 1500 is not a multiple of its 16-token tiles, and at
+K = 7168 gives more items than an H200's resident blocks (the grid-stride loop). The CPU tests run
+wherever the package imports: row validation, the reference path and opcheck with a forced row.
 """
 
 from __future__ import annotations
@@ -20,15 +27,20 @@ from conftest import poison_cuda_cache
 
 from vllm_blockfp8 import ops, reference
 
-pytestmark = pytest.mark.skipif(
+GPU = pytest.mark.skipif(
     not torch.cuda.is_available() or not ops.HAS_CUDA_KERNELS,
     reason="needs a CUDA GPU and the compiled extension vllm_blockfp8._C",
 )
+EXT = pytest.mark.skipif(not ops.HAS_CUDA_KERNELS,
+                         reason="needs the compiled extension vllm_blockfp8._C (the quant table lives in it)")
 
 G = 128
 DTYPES = (torch.bfloat16, torch.float16)
-MS = (1, 3, 16, 83, 1024)
-KS = (128, 4096, 7168)
+MS = (1, 3, 16, 83, 1024, 1500)
+KS = (128, 640, 4096, 7168)
+# The quant table is the same on every arch, so it is listed without a GPU (empty without _C).
+ROWS = [r["name"] for r in ops.tile_table("quant")]
+ROW_CHOICES = [None] + ROWS  # None: the op selects by M
 
 
 def _input(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -67,30 +79,84 @@ def _check(q: torch.Tensor, s: torch.Tensor, x: torch.Tensor, what: str) -> None
                              f"reference {rs[tuple(bad)].item()!r}")
 
 
+def _row_id(row) -> str:
+    return "default" if row is None else row
+
+
+def _run(x: torch.Tensor, row) -> tuple[torch.Tensor, torch.Tensor]:
+    m, k = x.shape
+    poison_cuda_cache(m * k, (k // G) * (-(-m // 4) * 4) * 4)
+    q, s = ops.per_token_group_quant(x, G, row=row)
+    torch.cuda.synchronize()
+    return q, s
+
+
+@GPU
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("k", KS)
 @pytest.mark.parametrize("m", MS)
-def test_quant_bit_exact(m, k, dtype):
+@pytest.mark.parametrize("row", ROW_CHOICES, ids=_row_id)
+def test_quant_bit_exact(row, m, k, dtype):
     x = _input(m, k, dtype, seed=m * 10007 + k).cuda()
-    m4 = -(-m // 4) * 4
-    poison_cuda_cache(m * k, (k // G) * m4 * 4)
-    q, s = ops.per_token_group_quant(x, G)
-    torch.cuda.synchronize()
-    _check(q, s, x, f"M={m} K={k} {dtype}")
+    q, s = _run(x, row)
+    _check(q, s, x, f"{_row_id(row)} M={m} K={k} {dtype}")
 
 
+LAYOUTS = ("row stride K + 256", "misaligned contiguous", "row stride K + 4", "broadcast rows")
+
+
+def _layouts(m: int, k: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """x views with a contiguous K that are not plain contiguous tensors."""
+    x = _input(m, k, dtype, seed=7).cuda()
+    wide = torch.empty(m, k + 2 * G, dtype=dtype, device="cuda")
+    wide[:, G:G + k] = x
+    shifted = torch.empty(m * k + 4, dtype=dtype, device="cuda")
+    shifted[4:] = x.reshape(-1)
+    odd = torch.empty(m, k + 4, dtype=dtype, device="cuda")
+    odd[:, 4:] = x
+    return {
+        "row stride K + 256": wide[:, G:G + k],  # rows 16-byte aligned: read in place
+        "misaligned contiguous": shifted[4:].view(m, k),  # 8-byte offset: the op copies
+        "row stride K + 4": odd[:, 4:],  # x_stride % 8 != 0: the op copies
+        "broadcast rows": x[:1].expand(m, k),  # x_stride 0: rows alias, read in place
+    }
+
+
+@GPU
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_quant_cuda_graph(dtype):
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("row", ROW_CHOICES, ids=_row_id)
+def test_quant_strided_x(row, layout, dtype):
+    m, k = 83, 640
+    x = _layouts(m, k, dtype)[layout]
+    q, s = _run(x, row)
+    _check(q, s, x, f"{_row_id(row)} {layout} {dtype}")
+
+
+@GPU
+@pytest.mark.parametrize("row", ROW_CHOICES, ids=_row_id)
+def test_quant_empty(row):
+    for m, k in ((0, 4096), (5, 0)):
+        x = torch.empty(m, k, dtype=torch.bfloat16, device="cuda")
+        q, s = ops.per_token_group_quant(x, G, row=row)
+        torch.cuda.synchronize()
+        assert q.shape == (m, k) and s.shape == (m, k // G)
+
+
+@GPU
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("row", ROW_CHOICES, ids=_row_id)
+def test_quant_cuda_graph(row, dtype):
     m, k = 83, 4096
     static_x = _input(m, k, dtype, seed=1).cuda()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up outside the capture (lazy init, allocator)
-        ops.per_token_group_quant(static_x, G)
+    with torch.cuda.stream(side):  # warm up outside the capture (lazy init, allocator, occupancy query)
+        ops.per_token_group_quant(static_x, G, row=row)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        q, s = ops.per_token_group_quant(static_x, G)
+        q, s = ops.per_token_group_quant(static_x, G, row=row)
     for seed in (2, 3):  # replay on new data: the graph must not have baked the capture's input in
         x = _input(m, k, dtype, seed=seed).cuda()
         static_x.copy_(x)
@@ -98,16 +164,55 @@ def test_quant_cuda_graph(dtype):
         s.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        _check(q, s, x, f"graph replay {seed} {dtype}")
-        eq, es = ops.per_token_group_quant(x, G)
+        _check(q, s, x, f"graph replay {seed} {_row_id(row)} {dtype}")
+        eq, es = ops.per_token_group_quant(x, G, row=row)
         assert reference.first_mismatch(q, eq) is None and reference.first_mismatch(s, es) is None
 
 
+@GPU
 def test_quant_rejects_bad_input_on_cuda():
     x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="^x must be bfloat16 or float16"):
         ops.per_token_group_quant(x.float(), G)
-    with pytest.raises(ValueError, match="^x must be contiguous"):
-        ops.per_token_group_quant(x[::2], G)
+    with pytest.raises(ValueError, match="^x must have a contiguous last dimension"):
+        ops.per_token_group_quant(x.t(), G)
     with pytest.raises(ValueError, match="multiple of group_size"):
         ops.per_token_group_quant(x[:, :200].contiguous(), G)
+    with pytest.raises(ValueError, match=rf"^row {len(ROWS)} is out of range for the quant table"):
+        ops.per_token_group_quant(x, G, row=len(ROWS))
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU: row validation, the reference path, opcheck with a forced row
+# ---------------------------------------------------------------------------------------------
+
+
+@EXT
+def test_bad_row_raises_value_error_naming_row():
+    x = _input(4, 256, torch.bfloat16, seed=0)
+    for bad in (len(ROWS), -2):
+        with pytest.raises(ValueError, match=rf"^row {bad} is out of range for the quant table"):
+            ops.per_token_group_quant(x, G, row=bad)
+    with pytest.raises(ValueError, match=r"^row 'quant_nope' is not in the quant tile table"):
+        ops.per_token_group_quant(x, G, row="quant_nope")
+    with pytest.raises(ValueError, match=rf"^row {len(ROWS)} is out of range for the quant table"):
+        torch.ops.blockfp8.per_token_group_quant(x, G, len(ROWS))  # the op itself, past the wrapper
+    with pytest.raises(ValueError, match=r"^row -2 is out of range"):
+        torch.ops.blockfp8.per_token_group_quant(x, G, -2)
+
+
+@pytest.mark.parametrize("row", ROW_CHOICES + [0, -1], ids=str)
+def test_reference_path_accepts_every_row(row):
+    """On CPU the reference serves every row (every row must produce its bits)."""
+    x = _input(5, 640, torch.float16, seed=3)
+    q, s = (torch.ops.blockfp8.per_token_group_quant(x, G, row) if isinstance(row, int)
+            else ops.per_token_group_quant(x, G, row=row))
+    rq, rs = reference.quantize_per_token_group(x, G)
+    assert reference.first_mismatch(q, rq) is None and reference.first_mismatch(s.contiguous(), rs) is None
+    assert s.stride() == (1, 8)
+
+
+@pytest.mark.parametrize("row", [-1] + list(range(len(ROWS))))
+def test_quant_opcheck_forced_row(row):
+    x = _input(5, 640, torch.bfloat16, seed=4)
+    torch.library.opcheck(torch.ops.blockfp8.per_token_group_quant.default, (x, G, row))

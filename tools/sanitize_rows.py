@@ -3,7 +3,8 @@
     compute-sanitizer --tool memcheck  python tools/sanitize_rows.py
     compute-sanitizer --tool racecheck python tools/sanitize_rows.py
 
-Covers every row of tile_table("gemv") and, where this GPU has one, tile_table("gemm"). Shapes
+Covers every row of tile_table("quant") and tile_table("gemv") and, where this GPU has one,
+tile_table("gemm"). Shapes
 are ragged on purpose (N not a multiple of 16 or 128, K with a partial last 128-block, M not a
 multiple of a row's token tile) so the edge guards run. A GEMV tensor-core row chooses among
 entry points inside its launcher (8- or 16-warp K split, residency-pinned), so it runs once per
@@ -29,6 +30,11 @@ def _gemv_cases(row: dict, sm_count: int):
     return cases
 
 
+def _quant_cases(row: dict):
+    # n is unused; K = 640 leaves a partial tile of groups for rows that take several per lane.
+    return [(83, 0, 640), (1500, 0, 4096)]
+
+
 def _gemm_cases(row: dict):
     m = row["max_m"] if row["max_m"] is not None else 300
     return [(m, 4096, 1024), (m, 520, 384)]
@@ -36,8 +42,16 @@ def _gemm_cases(row: dict):
 
 def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
     g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 13 + k)
-    b, bs = reference.quantize_block_fp8(torch.randn(n, k, device="cuda", generator=g))
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    if family == "quant":  # bit-exact, not close: compare every byte
+        q, s = ops.per_token_group_quant(x, 128, row=row["name"])
+        q_ref, s_ref = reference.quantize_per_token_group(x, 128)
+        torch.cuda.synchronize()
+        bad = reference.first_mismatch(q, q_ref) or reference.first_mismatch(s, s_ref)
+        if bad:
+            raise AssertionError(f"quant {row['name']} M={m} K={k}: {bad}")
+        return "ok"
+    b, bs = reference.quantize_block_fp8(torch.randn(n, k, device="cuda", generator=g))
     try:
         if family == "gemv":
             out = ops.blockfp8_gemv(x, b, bs, row=row["name"])
@@ -61,9 +75,9 @@ def main() -> int:
         return 2
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     failed = 0
-    for family in ("gemv", "gemm"):
+    for family in ("quant", "gemv", "gemm"):
         for row in ops.tile_table(family):
-            cases = _gemv_cases(row, sm_count) if family == "gemv" else _gemm_cases(row)
+            cases = {"quant": _quant_cases(row), "gemv": _gemv_cases(row, sm_count)}.get(family) or _gemm_cases(row)
             ran, skipped = [], []
             try:
                 for m, n, k in cases:

@@ -12,6 +12,7 @@ pick from its tile table, an int or a row name forces a row (tests, benchmarks).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import Optional
@@ -22,10 +23,10 @@ from . import reference
 
 logger = logging.getLogger("vllm_blockfp8")
 
-FAMILIES = ("linear", "gemv", "gemm")
+FAMILIES = ("linear", "gemv", "gemm", "quant")
 
 _SCHEMAS = {
-    "per_token_group_quant": "per_token_group_quant(Tensor x, int group_size) -> (Tensor, Tensor)",
+    "per_token_group_quant": "per_token_group_quant(Tensor x, int group_size, int row=-1) -> (Tensor, Tensor)",
     "gemv": "gemv(Tensor x, Tensor b, Tensor b_scale, int row=-1) -> Tensor",
     "gemm": "gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType out_dtype, int row=-1) -> Tensor",
     "linear": "linear(Tensor x, Tensor b, Tensor b_scale, Tensor? bias=None, int row=-1) -> Tensor",
@@ -108,7 +109,7 @@ def _row_arg(family: str, row, m: int, n: int, k: int, x: Optional[torch.Tensor]
     """
     if row is None:
         return -1
-    rows = tile_table(family) if (HAS_CUDA_KERNELS and torch.cuda.is_available()) else []
+    rows = tile_table(family)
     names = [r["name"] for r in rows]
     if isinstance(row, str):
         _need(row in names, f"row {row!r} is not in the {family} tile table {names}")
@@ -129,18 +130,20 @@ def _row_arg(family: str, row, m: int, n: int, k: int, x: Optional[torch.Tensor]
 # --------------------------------------------------------------------------------------------
 
 
-def per_token_group_quant(x: torch.Tensor, group_size: int = 128):
+def per_token_group_quant(x: torch.Tensor, group_size: int = 128, row=None):
     """Quantize activations x [M, K] to FP8 with one fp32 scale per token per ``group_size``.
 
     Returns (q float8_e4m3fn [M, K], s fp32 [M, K/group_size]); ``s`` is M-major (stride
     (1, round_up(M, 4))), the layout the W8A8 GEMM reads. Bit-exact with
-    ``reference.quantize_per_token_group``.
+    ``reference.quantize_per_token_group``. x needs a contiguous K only (any row stride; the op
+    copies rows that are not 16-byte aligned). ``row`` forces a row of the ``quant`` tile table
+    (index or name); None lets the op pick by M.
     """
     _check_activation("x", x)
     _need(group_size == 128, f"group_size must be 128, got {group_size}")
     _need(x.shape[1] % group_size == 0, f"K = {x.shape[1]} must be a multiple of group_size = {group_size}")
-    _need(x.is_contiguous(), "x must be contiguous")
-    return torch.ops.blockfp8.per_token_group_quant(x, group_size)
+    # x's address is left out: alignment is the op's to fix, not a reason to refuse a forced row.
+    return torch.ops.blockfp8.per_token_group_quant(x, group_size, _row_arg("quant", row, x.shape[0], 0, x.shape[1]))
 
 
 def _m_major_scales(s: torch.Tensor) -> torch.Tensor:
@@ -151,13 +154,23 @@ def _m_major_scales(s: torch.Tensor) -> torch.Tensor:
     return buf[:, :m].t()
 
 
-def _quant_ref(x, group_size):
+@functools.lru_cache(maxsize=None)
+def _quant_row_count() -> int:
+    """Rows of the quant table (the same on every arch), 0 without the compiled extension."""
+    return len(json.loads(torch.ops.blockfp8.tile_table("quant"))) if HAS_CUDA_KERNELS else 0
+
+
+def _quant_ref(x, group_size, row=-1):
+    # Every row computes the reference's bits, so the reference serves any row that exists.
+    count = _quant_row_count()
+    _need(row >= -1 and (count == 0 or row < count),
+          f"row {row} is out of range for the quant table ({count} rows; -1 selects by M)")
     q, s = reference.quantize_per_token_group(x, group_size)
     return q, _m_major_scales(s)
 
 
 @torch.library.register_fake("blockfp8::per_token_group_quant")
-def _quant_fake(x, group_size):
+def _quant_fake(x, group_size, row=-1):
     m, k = x.shape
     m4 = (m + 3) // 4 * 4
     q = x.new_empty((m, k), dtype=reference.FP8_DTYPE)
@@ -307,10 +320,11 @@ if not HAS_CUDA_KERNELS:
 def tile_table(family: str) -> list:
     """The rows of ``family``'s tile table for the current GPU: [{name, max_m, reason}].
 
-    Empty without a CUDA GPU or without the compiled extension.
+    Empty without a CUDA GPU or without the compiled extension; ``quant``, whose table is the
+    same on every arch, is listed whenever the extension is built.
     """
     _need(family in FAMILIES, f"family must be one of {FAMILIES}, got {family!r}")
-    if not (HAS_CUDA_KERNELS and torch.cuda.is_available()):
+    if not HAS_CUDA_KERNELS or (family != "quant" and not torch.cuda.is_available()):
         return []
     return json.loads(torch.ops.blockfp8.tile_table(family))
 

@@ -132,17 +132,51 @@ struct GemmFamily {
 // Kernels on tensors (outputs allocated here; every size depends on shapes, never on data)
 // ------------------------------------------------------------------------------------------
 
-std::tuple<Tensor, Tensor> quantize(const Tensor& x) {
-  const int64_t m = x.size(0), k = x.size(1);
+// Every quant row reads x rows as 16-byte vectors: a view whose rows are not 16-byte aligned is
+// copied into a fresh (aligned) buffer first, so any x with a contiguous K is accepted.
+bool quant_rows_aligned(const Tensor& x) {
+  if (x.numel() == 0) return true;  // nothing is read
+  return reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && (x.size(0) <= 1 || x.stride(0) % 8 == 0);
+}
+
+std::tuple<Tensor, Tensor> quantize(const Tensor& x_in, int64_t row, const DeviceFacts& dev) {
+  const int64_t m = x_in.size(0), k = x_in.size(1);
+  Tensor x = x_in;
+  if (!quant_rows_aligned(x_in)) {
+    x = torch::stable::new_empty(x_in, {m, k});
+    torch::stable::copy_(x, x_in);
+  }
   const int64_t m4 = (m + 3) / 4 * 4;
   Tensor q = torch::stable::new_empty(x, {m, k}, ScalarType::Float8_e4m3fn);
   Tensor s_buf = torch::stable::new_empty(x, {k / kGroup, m4}, ScalarType::Float);
-  quant::TokenGroupProblem p{x.data_ptr(), static_cast<uint8_t*>(q.data_ptr()),
-                             static_cast<float*>(s_buf.data_ptr()), m, k, x.stride(0), m4,
-                             x.scalar_type() == ScalarType::BFloat16};
-  check_cuda(quant::launch_per_token_group(p, current_stream(x)), "per_token_group_quant");
+  quant::TokenGroupProblem p;
+  p.x = x.data_ptr();
+  p.q = static_cast<uint8_t*>(q.data_ptr());
+  p.s = static_cast<float*>(s_buf.data_ptr());
+  p.m = m, p.k = k, p.x_stride = x.stride(0), p.s_ld = m4;
+  p.bf16 = x.scalar_type() == ScalarType::BFloat16;
+  p.sm_count = dev.sm_count;
+  int i = int(row);
+  if (i < 0) {
+    i = quant::select(p);
+    STD_TORCH_CHECK(i >= 0, "blockfp8: no quant row takes M=", m, " K=", k);
+  } else {
+    STD_TORCH_CHECK(i < quant::num_rows(), "blockfp8: quant row ", i, " out of range");
+    const char* why = quant::rejects(i, p);
+    STD_TORCH_CHECK(why == nullptr, "blockfp8: forced quant row ", quant::row(i).name, " cannot run M=", m,
+                    " K=", k, ": ", why);
+  }
+  log_row("quant", quant::row(i).name, m, 0, k);
+  check_cuda(quant::launch(i, p, current_stream(x)), quant::row(i).name);
   Tensor s = torch::stable::transpose(torch::stable::narrow(s_buf, 1, 0, m), 0, 1);
   return {q, s};
+}
+
+// The quant problem the host ops are asked about: contiguous aligned x, the op's scale layout.
+quant::TokenGroupProblem quant_shape(int64_t m, int64_t k) {
+  quant::TokenGroupProblem p;
+  p.m = m, p.k = k, p.x_stride = k, p.s_ld = (m + 3) / 4 * 4;
+  return p;
 }
 
 Tensor run_gemv(const Tensor& x, const Tensor& b, const Tensor& b_scale, int64_t row, const DeviceFacts& dev) {
@@ -217,12 +251,12 @@ void add_bias(Tensor& out, const Tensor& bias) {
 // Op implementations
 // ------------------------------------------------------------------------------------------
 
-std::tuple<Tensor, Tensor> op_per_token_group_quant(Tensor x, int64_t group_size) {
+std::tuple<Tensor, Tensor> op_per_token_group_quant(Tensor x, int64_t group_size, int64_t row) {
   STD_TORCH_CHECK(group_size == kGroup, "blockfp8: group_size must be 128");
-  STD_TORCH_CHECK(is_16bit(x.scalar_type()) && x.dim() == 2 && x.is_contiguous() && x.size(1) % kGroup == 0,
-                  "blockfp8: x must be contiguous bf16/fp16 [M, K] with K % 128 == 0");
+  STD_TORCH_CHECK(is_16bit(x.scalar_type()) && x.dim() == 2 && x.stride(1) == 1 && x.size(1) % kGroup == 0,
+                  "blockfp8: x must be bf16/fp16 [M, K] with contiguous K and K % 128 == 0");
   torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
-  return quantize(x);
+  return quantize(x, row, device_facts(x.get_device_index()));
 }
 
 Tensor op_gemv(Tensor x, Tensor b, Tensor b_scale, int64_t row) {
@@ -265,8 +299,10 @@ Tensor op_linear(Tensor x, Tensor b, Tensor b_scale, std::optional<Tensor> bias,
       out = run_gemv(x, b, b_scale, -1, dev);
       break;
     case linear::Path::kW8A8: {
+      // A strided x is made contiguous first, as the H200-tested path did; the quantizer could
+      // read it in place (the op does), which the next GPU run can measure and then adopt here.
       Tensor xc = x.is_contiguous() ? x : torch::stable::contiguous(x);
-      auto [q, s] = quantize(xc);
+      auto [q, s] = quantize(xc, -1, dev);
       out = run_gemm(q, s, b, b_scale, x.scalar_type(), -1, dev);
       break;
     }
@@ -305,6 +341,8 @@ std::string rows_json(int count, GetRow get) {
 }
 
 std::string op_tile_table(std::string family) {
+  // The quant table is the same on every arch: answered without touching a device.
+  if (family == "quant") return rows_json(quant::num_rows(), &quant::row);
   const DeviceFacts dev = current_device_facts();
   if (family == "gemv") return rows_json(gemv::num_rows(), &gemv::row);
   if (family == "gemm") {
@@ -318,6 +356,7 @@ std::string op_tile_table(std::string family) {
 }
 
 int64_t op_select_row(std::string family, int64_t m, int64_t n, int64_t k) {
+  if (family == "quant") return quant::select(quant_shape(m, k));
   const DeviceFacts dev = current_device_facts();
   const linear::Shape shape{m, n, k, dev.cc, dev.sm_count};
   if (family == "gemv") return gemv::select(linear::gemv_shape(shape));
@@ -334,6 +373,14 @@ int64_t op_select_row(std::string family, int64_t m, int64_t n, int64_t k) {
 // an exception thrown inside a stable-ABI tensor kernel does not unwind safely).
 std::string op_row_rejects(std::string family, int64_t row, int64_t m, int64_t n, int64_t k, int64_t x_address,
                            int64_t x_stride) {
+  if (family == "quant") {
+    if (row < 0 || row >= quant::num_rows()) return "row out of range";
+    quant::TokenGroupProblem p = quant_shape(m, k);
+    p.x = reinterpret_cast<const void*>(static_cast<uintptr_t>(x_address));
+    p.x_stride = x_stride;
+    const char* why = quant::rejects(int(row), p);
+    return why == nullptr ? std::string() : std::string(why);
+  }
   const DeviceFacts dev = current_device_facts();
   const linear::Shape shape{m, n, k, dev.cc, dev.sm_count};
   const char* why = nullptr;

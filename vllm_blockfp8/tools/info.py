@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from importlib import metadata
 
-FAMILIES = ("linear", "gemv", "gemm")
+FAMILIES = ("linear", "gemv", "gemm", "quant")
 
 
 def _dist_version(name: str):

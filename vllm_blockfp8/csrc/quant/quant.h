@@ -5,18 +5,34 @@
 
 #include <cstdint>
 
+#include "../common/tile_row.h"
+
 namespace blockfp8::quant {
 
 // x [m, k] 16-bit row-major (row stride x_stride elements) -> q fp8 e4m3 [m, k] contiguous and
 // scales fp32 M-major: s[g * s_ld + row] for group g = k-index / 128, s_ld >= m.
+// Valid problems: k % 128 == 0, s_ld >= m, x rows 16-byte aligned (x % 16 == 0 and x_stride % 8
+// == 0 when m > 1; any x_stride >= 0, rows may overlap), q 8-byte aligned.
 struct TokenGroupProblem {
-  const void* x;
-  uint8_t* q;
-  float* s;
-  int64_t m, k, x_stride, s_ld;
-  bool bf16;
+  const void* x = nullptr;
+  uint8_t* q = nullptr;
+  float* s = nullptr;
+  int64_t m = 0, k = 0, x_stride = 0, s_ld = 0;
+  bool bf16 = true;
+  int sm_count = 0;  // multiprocessors of the device; sizes the persistent row's grid
 };
-cudaError_t launch_per_token_group(const TokenGroupProblem& p, cudaStream_t stream);
+
+// Rows of the quantizer's table in selection order (data at the top of quant.cu; the table is
+// the same on every arch). The first row is unbounded, so rows after it are forced-only.
+int num_rows();
+const TileRow& row(int i);
+// nullptr if row i can run p, else why not (static storage). Reads pointers only for alignment.
+const char* rejects(int i, const TokenGroupProblem& p);
+// First row with max_m >= p.m that does not reject p; -1 if none.
+int select(const TokenGroupProblem& p);
+// Enqueues row i on stream s: never synchronizes, never allocates (CUDA-graph capturable).
+// cudaErrorInvalidValue if row i rejects p; cudaSuccess without a launch when m or k is 0.
+cudaError_t launch(int i, const TokenGroupProblem& p, cudaStream_t stream);
 
 // w[n, k] = fp8(b[n, k]) * b_scale[n / 128, k / 128] in 16-bit, k % 16 == 0.
 struct DequantProblem {
