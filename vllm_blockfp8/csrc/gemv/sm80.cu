@@ -19,7 +19,7 @@ namespace {
 using Launcher = cudaError_t (*)(const Problem&, cudaStream_t);
 using Check = const char* (*)(const Problem&);
 
-template <int MT>
+template <int MT, int U, bool kMayPin>
 cudaError_t launch_mma(const Problem& p, cudaStream_t s);
 template <int R, int C, int U, bool kAnyAlign>
 cudaError_t launch_fma(const Problem& p, cudaStream_t s);
@@ -38,13 +38,23 @@ struct GemvRow {
 // Ordered: the first row with max_m >= M whose precondition holds wins.
 constexpr GemvRow kRows[] = {
     {{"gemv_mma_t8", 8,
-      "tensor-core mma, one 8-token tile: beat the FMA kernel at every measured M <= 8 on H200 and stayed "
-      "1.9x ahead of cuBLAS at M = 8 (seed 000 sec 6.3)"},
-     &mma_rejects<1>, &launch_mma<1>},
+      "tensor-core mma, one 8-token tile, 2 windows in flight per warp: H200 full linear 1.57x the floor at "
+      "M = 1 (geomean of 15 shapes, best peer 2.16x), time flat from M = 1 to 8 (gemv/NOTES.md)"},
+     &mma_rejects<1>, &launch_mma<1, 2, true>},
     {{"gemv_mma_t16", 16,
-      "tensor-core mma, two 8-token tiles for M = 9..16: bound by weight bytes like t8, so predicted to keep "
-      "its lead (not yet measured)"},
-     &mma_rejects<2>, &launch_mma<2>},
+      "tensor-core mma, two 8-token tiles for M = 9..16, 1 window in flight (2 blocks per SM): H200 1.2-1.45x "
+      "t8's time at M = 16, slower than DeepGEMM on 7 of 15 shapes there (gemv/NOTES.md)"},
+     &mma_rejects<2>, &launch_mma<2, 1, false>},
+    // Candidates, not measured on the H200 yet: the rows above take every problem these accept, so
+    // selection by M never reaches them; they exist to be forced by tests and `bench_gemv --rows`.
+    {{"gemv_mma_t8_u4", 8,
+      "candidate (unmeasured; forced only): t8 with 4 windows in flight per warp for grids of about one "
+      "block per SM (N <= ~2112), where t8 reads 2x the floor"},
+     &mma_rejects<1>, &launch_mma<1, 4, false>},
+    {{"gemv_mma_t16_u2", 16,
+      "candidate (unmeasured; forced only): t16 with 2 windows in flight per warp at 1 block per SM: t16's "
+      "bytes in flight with half the warps and loop trips, to tell loop cost from x traffic (gemv/NOTES.md)"},
+     &mma_rejects<2>, &launch_mma<2, 2, false>},
     {{"gemv_fma_r1_c4_u4", 1,
       "M = 1 without the mma preconditions: 4 columns x 4 loads in flight per lane took 8192x2048 from 2.3 to "
       "3.1 TB/s on H200 (seed 000 sec 5.4); needs N >= 4096 to fill the GPU"},
@@ -119,40 +129,38 @@ cudaError_t launch_fma(const Problem& p, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-// Windows in flight per warp. Little's law: 4.8 TB/s x ~1 us of latency over 132 SMs needs
+// U: windows in flight per warp. Little's law: 4.8 TB/s x ~1 us of latency over 132 SMs needs
 // ~36 KB of weight requests outstanding per SM; a window is 1 KB per warp. One token tile:
 // U = 2 at 62-64 registers keeps 2 blocks of 16 warps resident (64 KB in flight). Two tiles:
 // U = 2 needs 84-90 registers (1 block per SM), U = 1 needs 52 (2 blocks, 32 KB in flight and
-// twice the warps to hide the x loads and the reduction), so two tiles take U = 1.
-template <int MT>
-constexpr int kMmaUnroll = MT == 1 ? 2 : 1;
+// twice the warps to hide the x loads and the reduction), so the selected two-tile row takes U = 1.
 // The pinned entry point must fit 40 registers with one token tile: one window in flight.
 constexpr int kPinnedUnroll = 1;
 
-template <int MT, typename T>
+template <int MT, int U, bool kMayPin, typename T>
 void launch_mma_t(const Problem& p, cudaStream_t s) {
   const Args<T> a = args<T>(p);
   const int64_t tiles = (p.n + kMmaCols - 1) / kMmaCols;
   const unsigned grid = unsigned(tiles);
   if (ksplit(p.n) == 8) {
-    mma_kernel<8, MT, kMmaUnroll<MT>, T><<<grid, 32 * 8, 0, s>>>(a);
+    mma_kernel<8, MT, U, T><<<grid, 32 * 8, 0, s>>>(a);
     return;
   }
-  if constexpr (MT == 1) {
+  if constexpr (kMayPin && MT == 1) {
     if (pins_residency(tiles, p.sm_count, 16, MT)) {
       mma_kernel_pinned<kPinnedUnroll, T><<<grid, 32 * 16, 0, s>>>(a);
       return;
     }
   }
-  mma_kernel<16, MT, kMmaUnroll<MT>, T><<<grid, 32 * 16, 0, s>>>(a);
+  mma_kernel<16, MT, U, T><<<grid, 32 * 16, 0, s>>>(a);
 }
 
-template <int MT>
+template <int MT, int U, bool kMayPin>
 cudaError_t launch_mma(const Problem& p, cudaStream_t s) {
   if (p.bf16)
-    launch_mma_t<MT, __nv_bfloat16>(p, s);
+    launch_mma_t<MT, U, kMayPin, __nv_bfloat16>(p, s);
   else
-    launch_mma_t<MT, __half>(p, s);
+    launch_mma_t<MT, U, kMayPin, __half>(p, s);
   return cudaGetLastError();
 }
 
