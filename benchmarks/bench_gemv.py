@@ -7,6 +7,7 @@ W8A8 peers with their activation quantizer inside the timed call. Floor: 16-bit 
   python -m benchmarks.bench_gemv                       # all shapes, M = 1,2,4,8,16
   python -m benchmarks.bench_gemv --quick --rows        # 3 shapes, 5 replays, every GEMV row
   python -m benchmarks.bench_gemv --dry-run             # no GPU: fake timings, table/JSON/plot
+  python -m benchmarks.bench_gemv --m 8,16,24,32,48,64 --linear-rows --peers none   # crossover
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ def our_variants(args, ops, ops_why, copies, checker, m, n, k) -> list[harness.V
         "ours", row="dry" if dry else peers.selected_row(ops, "linear", m, n, k), strict=False,
         check=None if dry else checker.linear("w8a8", "weight_only"),
         factory=lambda i: (lambda c=copies[i]: ops.blockfp8_linear(c.x, c.b, c.b_scale)))]
+    if args.linear_rows:
+        for i, r in enumerate(peers.forced_rows(ops, "linear", dry)):
+            out.append(harness.Variant(
+                f"ours@linear.{r['name']}", row=r["name"], strict=False,
+                check=None if dry else checker.linear("w8a8", "weight_only"),
+                factory=lambda j, i=i: (lambda c=copies[j]: ops.blockfp8_linear(
+                    c.x, c.b, c.b_scale, row=i))))
     if args.rows:
         for i, r in enumerate(peers.forced_rows(ops, "gemv", dry)):
             out.append(harness.Variant(
@@ -41,6 +49,9 @@ def our_variants(args, ops, ops_why, copies, checker, m, n, k) -> list[harness.V
 def main(argv=None) -> int:
     parser = harness.common_parser(__doc__, shapes.DECODE_M)
     parser.add_argument("--rows", action="store_true", help="also time every forced GEMV row")
+    parser.add_argument("--linear-rows", action="store_true",
+                        help="also time every forced linear row (gemv, w8a8_gemm, ...): the "
+                             "GEMV/GEMM crossover, e.g. with --m 8,16,24,32,48,64 --peers none")
     args = parser.parse_args(argv)
     runner = harness.start(SCRIPT, args)
     ms = harness.parse_m(args.m)

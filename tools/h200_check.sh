@@ -8,6 +8,7 @@
 #   tests        GPU tests (quantizer, GEMV, GEMM, harness, CPU suites are CI's)
 #   sanitize     compute-sanitizer memcheck + racecheck over every kernel row
 #   bench_quant  bench_gemv  bench_gemm  bench_gemv_rows  bench_gemm_rows   benchmark scripts
+#   bench_crossover  every linear row forced at M = 8..64: the measured GEMV/GEMM crossover
 #   demo         python -m vllm_blockfp8 demo (needs the offline vLLM bundle unpacked and sourced)
 #   quick, memcheck                                                          short variants
 # The device's copy of the tree has no .git: start the command with
@@ -52,21 +53,28 @@ python3 -c "import vllm_blockfp8.ops as o; print(o.build_info())"
 grep -hE "ptxas info *: Used|spill stores|spill loads" "$LOGS/build.log" | sort | uniq -c | sort -rn | head -n 5
 for s in "$@"; do
   case $s in
-    tests) stage tests 150 python3 -m pytest -q -p no:cacheprovider --maxfail=20 tests/test_quant.py tests/test_gemv.py \
+    tests) stage tests 240 python3 -m pytest -q -p no:cacheprovider --maxfail=20 tests/test_quant.py tests/test_gemv.py \
              tests/test_gemm.py tests/test_harness.py ;;
     sanitize) stage memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tools/sanitize_rows.py
               stage racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 python3 tools/sanitize_rows.py ;;
     build) ;;  # always done above; accepted so `h200_check.sh build` reads naturally
     demo) stage demo 240 python3 -m vllm_blockfp8 demo ;;
     memcheck) stage memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tools/sanitize_rows.py ;;
-    bench_quant) stage bench_quant 60 python3 -m benchmarks.bench_quant ;;
-    quick) stage bench_gemv_quick 150 python3 -m benchmarks.bench_gemv --quick
-           stage bench_gemm_quick 150 python3 -m benchmarks.bench_gemm --quick ;;
+    bench_quant) stage bench_quant 90 python3 -m benchmarks.bench_quant --rows ;;  # peers + every quant row
+    quick) stage bench_gemv_quick 150 python3 -m benchmarks.bench_gemv --quick \
+             --json "$LOGS/bench_gemv_quick.json" --plot "$LOGS/bench_gemv_quick.png"
+           stage bench_gemm_quick 150 python3 -m benchmarks.bench_gemm --quick \
+             --json "$LOGS/bench_gemm_quick.json" --plot "$LOGS/bench_gemm_quick.png" ;;
     bench_gemv) stage bench_gemv 120 python3 -m benchmarks.bench_gemv ;;
-    bench_gemv_rows) stage bench_gemv_rows 240 python3 -m benchmarks.bench_gemv --rows --peers none ;;
+    bench_gemv_rows) stage bench_gemv_rows 240 python3 -m benchmarks.bench_gemv --rows --peers none \
+                       --json benchmarks/results/bench_gemv_rows.json --plot benchmarks/results/bench_gemv_rows.png ;;
     bench_gemm) stage bench_gemm 150 python3 -m benchmarks.bench_gemm ;;
-    bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none ;;
-    *) echo "unknown stage $s"; exit 2 ;;
+    bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none \
+                       --json benchmarks/results/bench_gemm_rows.json --plot benchmarks/results/bench_gemm_rows.png ;;
+    bench_crossover) stage bench_crossover 200 python3 -m benchmarks.bench_gemv --m 8,16,24,32,48,64 \
+                       --linear-rows --peers none --json benchmarks/results/bench_linear_crossover.json \
+                       --plot benchmarks/results/bench_linear_crossover.png ;;
+    *) echo "unknown stage $s (skipped)"; SUMMARY+=("$(printf '%-16s unknown stage, skipped' "$s")") ;;
   esac
 done
 cp -f benchmarks/results/*.json benchmarks/results/*.png "$LOGS/" 2>/dev/null

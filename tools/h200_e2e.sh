@@ -19,8 +19,10 @@
 #   serving_quick  420  all three serving stages, --quick, on the 4-layer model
 #   loadtest       LOADTEST_MIN*60+240  run_serving.py --loadtest (exit 1 on any failed request)
 #
-# Environment: PACK (1: pack $OUT/e2e into $OUT/e2e.tgz at the end), PACK_MAX_MB (3), LAYERS (36; the serving model's depth), QUICK=1 (latency/throughput/serve_sweep/
-# loadtest with --quick on the 4-layer model), VARIANTS (run_serving's, default
+# Environment: PACK (1: pack $OUT/e2e into $OUT/e2e.tgz at the end), PACK_MAX_MB (3), PACK_CACHE
+# (1: also $OUT/vllm_cache.tgz), VLLM_CACHE_IN (.vc/vllm_cache.tgz, restored first), LAYERS (36;
+# the serving model's depth), QUICK=1 (latency/throughput/serve_sweep/loadtest with --quick on the
+# 4-layer model), VARIANTS (run_serving's, default
 # blockfp8,vllm-fp8-block,bf16; split a stage across calls with it), THROUGHPUT_CASES
 # (prefill,mixed; prefill with QUICK=1), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
 # Models are made once and kept in /tmp while the machine stays warm: /tmp/q3-<L>L (make_qwen3_8b),
@@ -51,9 +53,19 @@ LMEVAL_SITE=/tmp/lmeval_site
 export PYTHONPATH=$LMEVAL_SITE${PYTHONPATH:+:$PYTHONPATH}
 T0=$(date +%s)
 
+# vLLM's own caches (DeepGEMM's JIT kernels, torch.compile artifacts) from an earlier call: on a
+# fresh H200 they are most of a vLLM engine's 100-240 s start. Carry the vllm_cache.tgz a run
+# left in $OUT as .vc/vllm_cache.tgz (ignored) to skip that work; PACK_CACHE=0 packs none.
+CACHE_IN=${VLLM_CACHE_IN:-.vc/vllm_cache.tgz}
+if [ -f "$CACHE_IN" ]; then
+  mkdir -p "$HOME/.cache" && tar xzf "$CACHE_IN" -C "$HOME/.cache" \
+    && echo "vLLM caches restored from $CACHE_IN: $(du -sh "$HOME/.cache/vllm" | cut -f1)"
+fi
+
 # End what a killed stage left behind: the sessions our Python drivers started, by id.
 reap() {
   local pid live=0
+  [ -f "$BLOCKFP8_PIDFILE" ] || return 0  # packed away with $E2E at the end
   while read -r pid; do
     [ -n "$pid" ] && [ -d "/proc/$pid" ] && kill -TERM -- "-$pid" 2>/dev/null && live=1
   done < "$BLOCKFP8_PIDFILE"
@@ -187,6 +199,17 @@ echo "E2E SUMMARY ($(( $(date +%s) - T0 ))s total; logs and JSON in $E2E)"
 { printf 'stage\trc\tseconds\tnote\n'; cat "$SUMMARY"; } \
   | awk -F'\t' '{ printf "%-20s %-4s %-8s %s\n", $1, $2, $3, $4 }'  # the device image has no column(1)
 BAD=$(awk -F'\t' '$2 != 0 { bad = 1 } END { print bad + 0 }' "$SUMMARY")
+
+if [ "${PACK_CACHE:-1}" = 1 ] && [ -d "$HOME/.cache/vllm" ]; then
+  # Both caches if they fit in one returned file (16 MiB), else DeepGEMM's alone (the slower one).
+  for parts in "vllm/deep_gemm vllm/torch_compile_cache" "vllm/deep_gemm"; do
+    (cd "$HOME/.cache" && ls -d $parts > /dev/null 2>&1) || continue
+    tar czf "$OUT/vllm_cache.tgz" -C "$HOME/.cache" $parts
+    [ "$(stat -c %s "$OUT/vllm_cache.tgz")" -le 15728640 ] && { echo "vLLM caches packed ($parts): $(du -h \
+      "$OUT/vllm_cache.tgz" | cut -f1) in $OUT/vllm_cache.tgz"; break; }
+    rm -f "$OUT/vllm_cache.tgz"
+  done
+fi
 
 # The device returns at most 8 files of 16 MiB each: pack $E2E into $OUT/e2e.tgz, leaving out
 # files over PACK_MAX_MB (named in omitted.txt; a 2026-11-29 run lost every log to one oversized
