@@ -68,7 +68,7 @@ for s in "$@"; do
     bench_gemv) stage bench_gemv 120 python3 -m benchmarks.bench_gemv ;;
     bench_gemv_rows) stage bench_gemv_rows 240 python3 -m benchmarks.bench_gemv --rows --peers none \
                        --json benchmarks/results/bench_gemv_rows.json --plot benchmarks/results/bench_gemv_rows.png ;;
-    bench_gemm) stage bench_gemm 150 python3 -m benchmarks.bench_gemm ;;
+    bench_gemm) stage bench_gemm 420 python3 -m benchmarks.bench_gemm ;;  # 15 shapes x 6 peers: 150 s did 5
     bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none \
                        --json benchmarks/results/bench_gemm_rows.json --plot benchmarks/results/bench_gemm_rows.png ;;
     bench_crossover) stage bench_crossover 200 python3 -m benchmarks.bench_gemv --m 8,16,24,32,48,64 \
