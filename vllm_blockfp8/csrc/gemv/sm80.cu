@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../common/vector_rows.h"
 #include "gemv.h"
 #include "kernels.cuh"
 
@@ -77,9 +78,7 @@ static_assert(kRows[kNumRows - 1].info.max_m == kUnboundedM, "the last row must 
 
 constexpr int64_t kMaxDim = int64_t(1) << 30;  // kernels index with 32-bit ints
 
-bool x_rows_aligned(const Problem& p) {
-  return reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && (p.m <= 1 || p.x_stride % 8 == 0);
-}
+bool x_rows_aligned(const Problem& p) { return rows_16byte_aligned(p.x, p.m, p.x_stride); }
 
 const char* shared_rejects(const Problem& p) {
   if (p.m < 0 || p.n < 0 || p.k < 0) return "M, N and K must be >= 0";
@@ -94,7 +93,7 @@ const char* shared_rejects(const Problem& p) {
 }
 
 const char* aligned_x_rejects(const Problem& p) {
-  return x_rows_aligned(p) ? nullptr : "x rows must be 16-byte aligned (data pointer % 16 == 0, x_stride % 8 == 0)";
+  return x_rows_aligned(p) ? nullptr : kRowsNot16ByteAligned;
 }
 
 const char* wide_n_rejects(const Problem& p) {

@@ -26,6 +26,7 @@
 #include <climits>
 
 #include "../common/convert.cuh"
+#include "../common/vector_rows.h"
 #include "quant.h"
 
 namespace blockfp8::quant {
@@ -284,8 +285,7 @@ const char* rejects(int i, const TokenGroupProblem& p) {
   if (p.k % kGroup != 0) return "K must be a multiple of 128 (one scale per 128 values)";
   if (p.s_ld < p.m) return "s_ld must be >= M";
   if (p.m == 0 || p.k == 0) return nullptr;  // nothing is read or written
-  if (reinterpret_cast<uintptr_t>(p.x) % 16 != 0 || (p.m > 1 && p.x_stride % 8 != 0))
-    return "x rows must be 16-byte aligned (data pointer % 16 == 0, x_stride % 8 == 0)";
+  if (!rows_16byte_aligned(p.x, p.m, p.x_stride)) return kRowsNot16ByteAligned;
   if (reinterpret_cast<uintptr_t>(p.q) % 8 != 0) return "q must be 8-byte aligned";
   return nullptr;
 }
