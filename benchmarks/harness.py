@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -194,10 +196,18 @@ class Runner:
     replays: int
     dry_run: bool
     fake_seed: int = 0
+    deadline: float | None = None  # time.monotonic() after which no new point starts
 
     def point(self, *, op: str, shape: str, m: int, n: int, k: int, floor: tuple,
               copies: int, variants: Iterable[Variant]) -> None:
         floor_us, nbytes, flops = floor
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            # Out of time: the table, JSON and plot still get written for the points measured.
+            left = self.report.notes.setdefault("not_measured", [])
+            if not left:
+                print(f"time budget spent: {op} {shape} M={m} and later points not measured", flush=True)
+            left.append(f"{op} {shape} M={m}")
+            return
         for v in variants:
             if v.skip:
                 self.report.skip(op, v.impl, shape, m, v.skip)
@@ -270,6 +280,10 @@ def common_parser(description: str, default_m: Sequence[int]) -> argparse.Argume
     p.add_argument("--quick", action="store_true", help="few shapes, %d replays" % QUICK_REPLAYS)
     p.add_argument("--replays", type=int, help="timed replays (default %d)" % MIN_REPLAYS)
     p.add_argument("--peers", default="all", help="comma-separated peer names, 'all' or 'none'")
+    budget = os.environ.get("BENCH_TIME_BUDGET_S")
+    p.add_argument("--time-budget-s", type=float, default=float(budget) if budget else None,
+                   help="start no new point after this many seconds; the report lists the rest "
+                        "(default: $BENCH_TIME_BUDGET_S, which tools/h200_check.sh sets per stage)")
     p.add_argument("--dry-run", action="store_true",
                    help="no GPU: fake timings through the table, JSON and plot code")
     return p
@@ -324,7 +338,9 @@ def start(script: str, args) -> Runner:
     print(ceil.describe(), flush=True)
     report = Report(script=script, ceilings=ceil, replays=replays, dry_run=args.dry_run,
                     argv=vars(args))
-    return Runner(report=report, replays=replays, dry_run=args.dry_run)
+    budget = getattr(args, "time_budget_s", None)
+    return Runner(report=report, replays=replays, dry_run=args.dry_run,
+                  deadline=None if budget is None else time.monotonic() + budget)
 
 
 def finish(runner: Runner, args, script: str) -> None:

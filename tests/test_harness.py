@@ -183,6 +183,25 @@ def test_dry_run_prints_table_last_then_geomeans(tmp_path, capsys):
     assert any(r["impl"].startswith("ours@") for r in data["records"])
 
 
+
+def test_time_budget_stops_new_points_and_still_writes_the_report(tmp_path, monkeypatch):
+    """A spent budget (from the flag or BENCH_TIME_BUDGET_S) measures nothing more but still
+    writes the JSON, listing every point it left out."""
+    out_json = tmp_path / "g.json"
+    monkeypatch.setenv("BENCH_TIME_BUDGET_S", "0")
+    assert bench_gemv.main(["--dry-run", "--quick", "--m", "1,4", "--json", str(out_json),
+                            "--plot", str(tmp_path / "g.png")]) == 0
+    data = json.loads(out_json.read_text())
+    assert not data["records"]
+    left = data["header"]["notes"]["not_measured"]
+    assert len(left) == 2 * len(harness.resolve_shapes("benchmark_set", quick=True)), left
+    monkeypatch.delenv("BENCH_TIME_BUDGET_S")
+    assert bench_gemv.main(["--dry-run", "--quick", "--m", "1", "--time-budget-s", "600",
+                            "--json", str(out_json), "--plot", str(tmp_path / "g.png")]) == 0
+    data = json.loads(out_json.read_text())
+    assert data["records"] and "not_measured" not in data["header"]["notes"]
+
+
 # ---- peers' operand layouts (CPU) ----------------------------------------------------------
 
 
