@@ -28,6 +28,7 @@ class Variant:
     checkpoint: str  # "bf16", "fp8block" or "dequant": which directory the variant loads
     quantization: str | None  # the --quantization argument; None lets vLLM read the config
     what: str
+    tensor_parallel: int = 1  # GPUs the engine shards the model over (block scales shard with it)
 
 
 VARIANTS = {
@@ -41,10 +42,13 @@ VARIANTS = {
                 "bf16 checkpoint, vLLM online fp8 (per-tensor weights, dynamic activations)"),
         Variant("bf16-dequant", "dequant", None,
                 "block-FP8 weights dequantized to bf16: the weight-rounding error alone"),
+        Variant("blockfp8-tp2", "fp8block", "blockfp8",
+                "block-FP8 checkpoint through this plugin, tensor parallel 2 (needs 2 GPUs)",
+                tensor_parallel=2),
     )
 }
 
-OWN_VARIANTS = ("bf16", "blockfp8", "bf16-dequant")
+OWN_VARIANTS = ("bf16", "blockfp8", "bf16-dequant", "blockfp8-tp2")
 
 # vLLM settings shared by every variant (the offline bundle runs TRITON_ATTN on the H200).
 ATTENTION_BACKEND = os.environ.get("BLOCKFP8_EVAL_ATTN", "TRITON_ATTN")

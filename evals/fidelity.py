@@ -19,6 +19,8 @@ continuation. Metrics against bf16, over all positions:
 
 usage (repo root, after ``. /tmp/vk_tools/env.sh``):
   python -m evals.fidelity --bf16 /tmp/smollm2 --fp8block /tmp/smollm2-fp8 --out $OUT/fidelity
+  python -m evals.fidelity --bf16 B --fp8block F --out O --variants blockfp8,blockfp8-tp2 \
+      --reference blockfp8                      # tensor parallel 2 against 1 (two GPUs)
   python -m evals.fidelity --self-test          # the KL math on synthetic distributions, CPU only
 """
 
@@ -258,8 +260,9 @@ def worker(a: argparse.Namespace) -> int:
     from vllm import LLM, SamplingParams
 
     t0 = time.time()
+    tp = VARIANTS[a.variant].tensor_parallel
     llm = LLM(**llm_kwargs(a.model, a.quantization, gpu_mem=a.gpu_mem, eager=not a.compile,
-                           max_model_len=1024, max_logprobs=a.topk))
+                           max_model_len=1024, max_logprobs=a.topk, tensor_parallel_size=tp))
     t_load = time.time() - t0
     score = SamplingParams(max_tokens=1, temperature=0.0, logprobs=a.topk, prompt_logprobs=a.topk)
     greedy = SamplingParams(max_tokens=GREEDY_TOKENS, temperature=0.0, ignore_eos=True)
@@ -293,6 +296,9 @@ def main() -> int:
                          "from --bf16 when it does not exist")
     ap.add_argument("--out", type=Path, help="output directory (JSON, logs, results.md)")
     ap.add_argument("--variants", default="bf16,blockfp8,vllm-fp8-block,vllm-fp8-dyn,bf16-dequant")
+    ap.add_argument("--reference", default="bf16",
+                    help="variant the others are compared with (blockfp8 for the tensor-parallel "
+                         "check: --variants blockfp8,blockfp8-tp2 --reference blockfp8)")
     ap.add_argument("--topk", type=int, default=20, help="log-probs kept per position")
     ap.add_argument("--gpu-mem", type=float, default=0.3)
     ap.add_argument("--compile", action="store_true",
@@ -312,8 +318,9 @@ def main() -> int:
         ap.error("--bf16, --fp8block and --out are required")
     names = [v for v in a.variants.split(",") if v]
     unknown = [v for v in names if v not in VARIANTS]
-    if unknown or "bf16" not in names:
-        ap.error(f"unknown variants {unknown} (known {list(VARIANTS)}); bf16 is required")
+    if unknown or a.reference not in names:
+        ap.error(f"unknown variants {unknown} (known {list(VARIANTS)}); the reference "
+                 f"{a.reference!r} must be one of them")
     a.out.mkdir(parents=True, exist_ok=True)
     status = {}
     needs_fp8 = any(VARIANTS[n].checkpoint in ("fp8block", "dequant") for n in names)
@@ -346,17 +353,17 @@ def main() -> int:
     rows = []
     for name in names:
         row = {"variant": name, "status": status.get(name, "skipped")}
-        if name in recorded and "bf16" in recorded and name != "bf16":
-            row.update(compare(recorded["bf16"], recorded[name], a.topk))
+        if name in recorded and a.reference in recorded and name != a.reference:
+            row.update(compare(recorded[a.reference], recorded[name], a.topk))
         rows.append(row)
-    summary = {"bf16": str(a.bf16), "fp8block": str(a.fp8block), "topk": a.topk,
+    summary = {"bf16": str(a.bf16), "fp8block": str(a.fp8block), "reference": a.reference, "topk": a.topk,
                "compile": a.compile, "prompts": len(PROMPTS), "status": status, "rows": rows}
     (a.out / "fidelity.json").write_text(json.dumps(summary, indent=2))
     cols = ["variant", "kl_mean", "kl_p99", "kl_max", "top1", "next_top1", "miss",
             "greedy_same", "greedy_prefix", "greedy_tok", "status"]
     table = markdown_table(rows, cols)
     (a.out / "results.md").write_text(table + "\n")
-    print(f"\nFIDELITY vs bf16 ({a.bf16.name}, {len(PROMPTS)} prompts, top-{a.topk})")
+    print(f"\nFIDELITY vs {a.reference} ({a.bf16.name}, {len(PROMPTS)} prompts, top-{a.topk})")
     print(table)
     ok = all(s.startswith("ok") for n, s in status.items() if n in OWN_VARIANTS)
     return 0 if ok and "quantize" not in status else 1

@@ -48,7 +48,7 @@ def worker(a: argparse.Namespace) -> int:
         model_args = None
     else:
         kw = llm_kwargs(a.model, a.quantization, gpu_mem=a.gpu_mem, eager=not a.compile,
-                        max_model_len=1024)
+                        max_model_len=1024, tensor_parallel_size=VARIANTS[a.variant].tensor_parallel)
         model_args = {"pretrained": kw.pop("model"), **kw}
     res = lm_eval.simple_evaluate(model=a.lm_model, model_args=model_args, tasks=[TASK],
                                   task_manager=tm, batch_size="auto", log_samples=True,

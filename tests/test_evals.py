@@ -84,3 +84,29 @@ def test_finish_worker_exits_with_the_code_and_keeps_output():
                           cwd=Path(__file__).resolve().parents[1], timeout=60)
     assert proc.returncode == 3
     assert "WORKER OK x" in proc.stdout
+
+
+def _fidelity(*args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evals.fidelity", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_fidelity_needs_its_reference_among_the_variants(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    common = ["--bf16", str(tmp_path / "b"), "--fp8block", str(tmp_path / "f"), "--out", str(tmp_path / "o")]
+    r = _fidelity(*common, "--variants", "blockfp8,blockfp8-tp2", cwd=root)
+    assert r.returncode == 2 and "the reference 'bf16' must be one of them" in r.stderr, r.stderr
+    r = _fidelity(*common, "--variants", "blockfp8,blockfp8-tp3", "--reference", "blockfp8", cwd=root)
+    assert r.returncode == 2 and "unknown variants ['blockfp8-tp3']" in r.stderr, r.stderr
+
+
+def test_tensor_parallel_variant_is_ours_and_shards_the_engine():
+    from evals import OWN_VARIANTS, VARIANTS, llm_kwargs
+
+    v = VARIANTS["blockfp8-tp2"]
+    assert (v.checkpoint, v.quantization, v.tensor_parallel) == ("fp8block", "blockfp8", 2)
+    assert "blockfp8-tp2" in OWN_VARIANTS, "a failing tensor-parallel run of our path must fail the driver"
+    kw = llm_kwargs("m", v.quantization, gpu_mem=0.3, eager=True, max_model_len=64,
+                    tensor_parallel_size=v.tensor_parallel)
+    assert kw["tensor_parallel_size"] == 2 and kw["quantization"] == "blockfp8"
+    assert all(VARIANTS[n].tensor_parallel == 1 for n in VARIANTS if n != "blockfp8-tp2")

@@ -14,6 +14,8 @@
 #   fidelity       420  evals.fidelity on SmolLM2-135M (needs the SmolLM2 archive unpacked)
 #   fidelity_q3    420  evals.fidelity on the 4-layer Qwen3-8B-shaped random model
 #   lm_eval        420  evals.run_lm_eval on SmolLM2-135M (needs lm-eval: .whl/lmeval/*.whl)
+#   tp2            420  evals.fidelity, blockfp8 at tensor parallel 2 against 1, 4-layer Qwen3 shape
+#                       (two GPUs: run it on the nvidia-h200-x2 machine)
 #   latency        480  benchmarks/serving/run_serving.py --stages latency
 #   throughput     480  ... --stages throughput
 #   serve_sweep    480  ... --stages serve (concurrency 1, 4, 16, 64)
@@ -190,6 +192,14 @@ for stage in "$@"; do
     fidelity_q3)
       need_q3 "$Q3S" 4 && step fidelity_q3 "$(cap fidelity_q3 420)" "$PY" -m evals.fidelity \
         --bf16 "$Q3S/bf16" --fp8block "$Q3S/fp8block" --out "$E2E/fidelity-q3" --timeout-s 200 ;;
+    tp2)  # tensor parallel 2 against 1, same checkpoint, through the plugin's loaders (2 GPUs)
+      if [ "$(nvidia-smi -L 2>/dev/null | grep -c GPU)" -lt 2 ]; then
+        missing tp2 "needs two GPUs (the nvidia-h200-x2 machine)"
+      else
+        need_q3 "$Q3S" 4 && step tp2 "$(cap tp2 420)" "$PY" -m evals.fidelity --bf16 "$Q3S/bf16" \
+          --fp8block "$Q3S/fp8block" --out "$E2E/tp2-q3" --variants blockfp8,blockfp8-tp2 \
+          --reference blockfp8 --timeout-s 240
+      fi ;;
     lm_eval)
       # SmolLM2 when its archive is there; else the random 4-layer model, where accuracy is chance
       # but agreement with bf16 (agree, dll) still measures the numerics.
