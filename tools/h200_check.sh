@@ -9,8 +9,13 @@
 #   sanitize     compute-sanitizer memcheck + racecheck over every kernel row
 #   bench_quant  bench_gemv  bench_gemm  bench_gemv_rows  bench_gemm_rows   benchmark scripts
 #   bench_crossover  every linear row forced at M = 8..64: the measured GEMV/GEMM crossover
+#   bench_gemm_only  bench_linear_prefill   bench_gemm split in two (GEMM alone / full linear), own JSON
+#   racecheck_gemm   racecheck once per GEMM row and case (ties a hazard report to one launch)
+#   bench_gemm_order GEMM only at M = 2048..8192 under each BLOCKFP8_SM90_RASTER:SWIZZLE in GEMM_ORDERS
+#   ncu          Nsight Compute sections for the launches in NCU_SPECS (tools/ncu_rows.py specs)
 #   demo         python -m vllm_blockfp8 demo (needs the offline vLLM bundle unpacked and sourced)
 #   quick, memcheck                                                          short variants
+# BUDGET_S=N caps the whole call (stage caps shrink so that the logs still get packed).
 # The device's copy of the tree has no .git: start the command with
 # BLOCKFP8_GIT_STATE=<sha>[+dirty] (filled in here, before the call) so the result JSON names it.
 set -uo pipefail
@@ -19,12 +24,21 @@ cd "$(dirname "$0")/.."
 LOGS=$OUT/run
 mkdir -p "$LOGS"
 export PYTHONUNBUFFERED=1
+T_START=$(date +%s)
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 SUMMARY=()
 stage() {  # stage NAME CAP CMD...
   local name=$1 cap=$2; shift 2
   local t0=$(date +%s)
+  # BUDGET_S (seconds for the whole call): shorten each cap so the logs are packed in time.
+  if [ -n "${BUDGET_S:-}" ]; then
+    local left=$(( T_START + BUDGET_S - 20 - t0 ))
+    [ "$left" -lt 5 ] && { SUMMARY+=("$(printf '%-16s skipped: call budget spent' "$name")"); return; }
+    [ "$left" -lt "$cap" ] && cap=$left
+  fi
+  # Benchmarks stop starting points 30 s before the cap, so their JSON and table still get written.
+  export BENCH_TIME_BUDGET_S=$(( cap > 60 ? cap - 30 : cap ))
   timeout "$cap" "$@" > "$LOGS/$name.log" 2>&1
   local rc=$?
   SUMMARY+=("$(printf '%-16s rc=%-4s %5ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")")
@@ -69,6 +83,21 @@ for s in "$@"; do
     bench_gemv_rows) stage bench_gemv_rows 240 python3 -m benchmarks.bench_gemv --rows --peers none \
                        --json benchmarks/results/bench_gemv_rows.json --plot benchmarks/results/bench_gemv_rows.png ;;
     bench_gemm) stage bench_gemm 420 python3 -m benchmarks.bench_gemm ;;  # 15 shapes x 6 peers: 150 s did 5
+    bench_gemm_only) stage bench_gemm_only ${CAP_GEMM_ONLY:-420} python3 -m benchmarks.bench_gemm --ops gemm \
+                       --json benchmarks/results/bench_gemm_only.json --plot benchmarks/results/bench_gemm_only.png ;;
+    bench_linear_prefill) stage bench_linear_prefill ${CAP_LINEAR:-420} python3 -m benchmarks.bench_gemm --ops linear \
+                       --json benchmarks/results/bench_linear_prefill.json --plot benchmarks/results/bench_linear_prefill.png ;;
+    bench_gemm_order)  # the SM90 GEMM's persistent tile order at large M (gemm/NOTES.md): one run per setting
+      stage bench_gemm_order 300 bash -c 'for o in ${GEMM_ORDERS:-heuristic:1 along_m:1 along_n:1 along_m:8 along_n:8}; do
+        BLOCKFP8_SM90_RASTER=${o%:*} BLOCKFP8_SM90_SWIZZLE=${o#*:} python3 -m benchmarks.bench_gemm --ops gemm \
+          --m 2048,4096,8192 --peers none --json benchmarks/results/bench_gemm_order_${o%:*}_${o#*:}.json \
+          --plot /dev/null | grep -E "^geomean|^    ours"; done' ;;
+    racecheck_gemm)  # one process per GEMM row and case, so each hazard report names its launch
+      stage racecheck_gemm 150 bash -c 'for r in $(python3 -c "from vllm_blockfp8 import ops; print(\" \".join(x[\"name\"] for x in ops.tile_table(\"gemm\")))"); do
+        for c in 0 1; do echo "== racecheck gemm:$r case $c"; compute-sanitizer --tool racecheck --print-limit 2 python3 tools/sanitize_rows.py gemm:$r --case $c 2>&1 | grep -E "^gemm|hazard|Race|SUMMARY|==   *and"; done; done' ;;
+    ncu) stage ncu 200 ncu --kernel-name "regex:mma_kernel|per_token_group|device_kernel" --clock-control none \
+           --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+           --section Occupancy --section LaunchStats python3 tools/ncu_rows.py ${NCU_SPECS:-gemv:gemv_mma_t8:1x2112x7168} ;;
     bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none \
                        --json benchmarks/results/bench_gemm_rows.json --plot benchmarks/results/bench_gemm_rows.png ;;
     bench_crossover) stage bench_crossover 200 python3 -m benchmarks.bench_gemv --m 8,16,24,32,48,64 \

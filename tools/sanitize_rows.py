@@ -2,6 +2,10 @@
 
     compute-sanitizer --tool memcheck  python tools/sanitize_rows.py
     compute-sanitizer --tool racecheck python tools/sanitize_rows.py
+    compute-sanitizer --tool racecheck python tools/sanitize_rows.py gemm:sm90_coop --case 1
+
+Arguments (optional): FAMILY[:ROW] prefixes select rows; --case I runs only the I-th case of each,
+so a hazard report can be tied to one launch.
 
 Covers every row of tile_table("quant") and tile_table("gemv") and, where this GPU has one,
 tile_table("gemm"). Shapes
@@ -45,9 +49,12 @@ def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     if family == "quant":  # bit-exact, not close: compare every byte
         q, s = ops.per_token_group_quant(x, 128, row=row["name"])
-        q_ref, s_ref = reference.quantize_per_token_group(x, 128)
         torch.cuda.synchronize()
-        bad = reference.first_mismatch(q, q_ref) or reference.first_mismatch(s, s_ref)
+        # The contract is the CPU reference (IEEE fp32 division, as tests/test_quant.py uses):
+        # evaluated on the GPU, torch's elementwise path differed from it by one fp8 code at one
+        # element of 83x640 on the H200 (2026-11-30), so the GPU-side reference is not bit-exact.
+        q_ref, s_ref = reference.quantize_per_token_group(x.cpu(), 128)
+        bad = reference.first_mismatch(q, q_ref) or reference.first_mismatch(s.cpu().contiguous(), s_ref)
         if bad:
             raise AssertionError(f"quant {row['name']} M={m} K={k}: {bad}")
         return "ok"
@@ -69,7 +76,14 @@ def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
     return "ok"
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    """argv: optional FAMILY[:ROW] prefixes to run only those rows, and --case I for one case."""
+    case = None
+    if "--case" in argv:
+        i = argv.index("--case")
+        case = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
+    only = argv
     if not (torch.cuda.is_available() and ops.HAS_CUDA_KERNELS):
         print("sanitize_rows: needs a CUDA GPU and the compiled extension", file=sys.stderr)
         return 2
@@ -77,7 +91,11 @@ def main() -> int:
     failed = 0
     for family in ("quant", "gemv", "gemm"):
         for row in ops.tile_table(family):
+            if only and not any(f"{family}:{row['name']}".startswith(o) for o in only):
+                continue
             cases = {"quant": _quant_cases(row), "gemv": _gemv_cases(row, sm_count)}.get(family) or _gemm_cases(row)
+            if case is not None:
+                cases = [cases[case]] if case < len(cases) else []
             ran, skipped = [], []
             try:
                 for m, n, k in cases:
@@ -93,4 +111,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
