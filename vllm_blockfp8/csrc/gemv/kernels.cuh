@@ -134,6 +134,20 @@ __device__ __forceinline__ void mma16816<__nv_bfloat16>(float& d0, float& d1, fl
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// cp.async (SM80+): 16 bytes global -> shared without a register, cached in L2 only (.cg); the
+// issuing thread sees them after cp.async.wait_group. Groups complete in commit order.
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 }  // namespace detail
 
 // ------------------------------------------------------------------------------------------
@@ -302,29 +316,106 @@ __global__ void fma_kernel(const Args<T> a) {
 // scaled once into the fp32 accumulator. 16 | 128, so a tile's columns share one scale row.
 // The KS partial tiles are summed through shared memory in a fixed order (deterministic).
 // ------------------------------------------------------------------------------------------
+// One permuted 64-wide window on the tensor cores: 4 mma k-steps of the lane's two weight rows
+// (wl: row g, wh: row g + 8) against MT 8-token tiles of x, then acc += window sum * its block
+// scale (a window lies inside one 128-wide scale block).
+template <int MT, typename T>
+__device__ __forceinline__ void window_mma(const uint4& wl, const uint4& wh, const uint4 (&xv)[MT][2], float scale,
+                                           float (&acc)[MT][4]) {
+  float d[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) d[mt][i] = 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t lo = detail::word(wl, j), hi = detail::word(wh, j);
+    const uint32_t a0 = detail::e4m3x2_to<T>(lo), a1 = detail::e4m3x2_to<T>(hi);
+    const uint32_t a2 = detail::e4m3x2_to<T>(lo >> 16), a3 = detail::e4m3x2_to<T>(hi >> 16);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const uint32_t b0 = detail::word(xv[mt][j / 2], (2 * j) % 4);
+      const uint32_t b1 = detail::word(xv[mt][j / 2], (2 * j) % 4 + 1);
+      detail::mma16816<T>(d[mt][0], d[mt][1], d[mt][2], d[mt][3], a0, a1, a2, a3, b0, b1);
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[mt][i] = fmaf(d[mt][i], scale, acc[mt][i]);
+}
+
+// The KS warps' partial 16 x 8*MT tiles summed through shared memory in a fixed order
+// (deterministic), then stored by the first MT * 4 warps' lanes.
+template <int KS, int MT, typename T>
+__device__ __forceinline__ void reduce_store(const float (&acc)[MT][4], float (&partial)[KS][MT * 4][32],
+                                             const Args<T>& a, int n0) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[warp][mt * 4 + i][lane] = acc[mt][i];
+  __syncthreads();
+  if (threadIdx.x < MT * 4 * 32) {
+    const int e = threadIdx.x >> 5, ln = threadIdx.x & 31;
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < KS; ++w) sum += partial[w][e][ln];
+    // Accumulator element i of lane ln: column g (+8 for i >= 2), token 2t + (i & 1) of tile mt.
+    const int mt = e >> 2, i = e & 3;
+    const int col = n0 + (ln >> 2) + (i >= 2 ? 8 : 0);
+    const int tok = mt * kMmaTokens + 2 * (ln & 3) + (i & 1);
+    if (col < a.n && tok < a.m) a.out[int64_t(tok) * a.out_stride + col] = blockfp8::from_float<T>(sum);
+  }
+}
+
+// Where one lane of a KS-warp block of 16 output columns starts (every mma entry point). Columns
+// past N re-read row N - 1 and tokens past M re-read token M - 1: in bounds, no branch in the
+// loop, never stored. The pointers start at this warp's first window and step over KS windows
+// per window, so every load in a loop uses an immediate offset.
+template <int KS>
+struct MmaLane {
+  static_assert(KS % (kBlock / kWindow) == 0, "KS must keep a warp's windows at whole-block strides");
+  static constexpr int kStride = KS * kWindow;                  // K between a warp's windows
+  static constexpr int kScaleStride = KS / (kBlock / kWindow);  // scale blocks between them
+  int lane, warp, g, n0, first, hi_delta;
+  const uint8_t* w_lo;
+  const float* sp;
+
+  template <typename T>
+  __device__ __forceinline__ explicit MmaLane(const Args<T>& a)
+      : lane(threadIdx.x & 31), warp(threadIdx.x >> 5), g(lane >> 2), n0(blockIdx.x * kMmaCols),
+        first(warp * kWindow + 16 * (lane & 3)) {
+    const int row_lo = min(n0 + g, a.n - 1);
+    w_lo = a.b + int64_t(row_lo) * a.k + first;
+    // Row g + 8 as a 32-bit offset from row g (<= 8 K < 2^31: the mma rows reject K >= 2^28),
+    // one register less than a second pointer under the pinned entry point's 40-register cap.
+    hi_delta = (min(n0 + g + 8, a.n - 1) - row_lo) * a.k;
+    // KS is even, so window w and window w + KS * u sit KS * u / 2 scale blocks apart.
+    sp = a.b_scale + int64_t(n0 / kBlock) * ((a.k + kBlock - 1) / kBlock) + warp / (kBlock / kWindow);
+  }
+  template <typename T>
+  __device__ __forceinline__ const T* x_row(const Args<T>& a, int token) const {
+    return a.x + int64_t(min(token, a.m - 1)) * a.x_stride + first;
+  }
+  template <typename T>
+  __device__ __forceinline__ int windows(const Args<T>& a) const {
+    return (a.k / kWindow - warp + KS - 1) / KS;
+  }
+};
+
 template <int KS, int MT, int U, typename T>
 __device__ __forceinline__ void mma_body(const Args<T>& a) {
   __shared__ float partial[KS][MT * 4][32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * kMmaCols;
-  // Columns past N re-read row N - 1 and tokens past M re-read token M - 1: in bounds, no
-  // branch in the loop, never stored. The pointers start at this warp's first window and step
-  // over KS * U windows per iteration, so every load in the loop uses an immediate offset.
-  const int first = warp * kWindow + 16 * t;
-  const int row_lo = min(n0 + g, a.n - 1);
-  const uint8_t* w_lo = a.b + int64_t(row_lo) * a.k + first;
-  // Row g + 8 as a 32-bit offset from row g (<= 8 K < 2^31: the mma rows reject K >= 2^28),
-  // one register less than a second pointer under the pinned entry point's 40-register cap.
-  const int hi_delta = (min(n0 + g + 8, a.n - 1) - row_lo) * a.k;
+  const MmaLane<KS> ln(a);
+  const int n0 = ln.n0, hi_delta = ln.hi_delta;
+  const uint8_t* w_lo = ln.w_lo;
+  const float* sp = ln.sp;
   const T* xp[MT];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) xp[mt] = a.x + int64_t(min(mt * kMmaTokens + g, a.m - 1)) * a.x_stride + first;
-  // KS is even, so window w and window w + KS * u sit KS * u / 2 scale blocks apart.
-  static_assert(KS % (kBlock / kWindow) == 0, "KS must keep a warp's windows at whole-block strides");
-  const float* sp = a.b_scale + int64_t(n0 / kBlock) * ((a.k + kBlock - 1) / kBlock) + warp / (kBlock / kWindow);
-  constexpr int kStride = KS * kWindow;                  // K between a warp's windows
-  constexpr int kScaleStride = KS / (kBlock / kWindow);  // scale blocks between them
+  for (int mt = 0; mt < MT; ++mt) xp[mt] = ln.x_row(a, mt * kMmaTokens + ln.g);
+  constexpr int kStride = MmaLane<KS>::kStride;
+  constexpr int kScaleStride = MmaLane<KS>::kScaleStride;
 
   float acc[MT][4];
 #pragma unroll
@@ -332,7 +423,7 @@ __device__ __forceinline__ void mma_body(const Args<T>& a) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[mt][i] = 0.f;
 
-  for (int left = (a.k / kWindow - warp + KS - 1) / KS; left > 0; left -= U) {
+  for (int left = ln.windows(a); left > 0; left -= U) {
     uint4 wl[U], wh[U], xv[U][MT][2];
     float s[U];
 #pragma unroll
@@ -354,46 +445,11 @@ __device__ __forceinline__ void mma_body(const Args<T>& a) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (u >= left) break;
-      float d[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) d[mt][i] = 0.f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t lo = detail::word(wl[u], j), hi = detail::word(wh[u], j);
-        const uint32_t a0 = detail::e4m3x2_to<T>(lo), a1 = detail::e4m3x2_to<T>(hi);
-        const uint32_t a2 = detail::e4m3x2_to<T>(lo >> 16), a3 = detail::e4m3x2_to<T>(hi >> 16);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const uint32_t b0 = detail::word(xv[u][mt][j / 2], (2 * j) % 4);
-          const uint32_t b1 = detail::word(xv[u][mt][j / 2], (2 * j) % 4 + 1);
-          detail::mma16816<T>(d[mt][0], d[mt][1], d[mt][2], d[mt][3], a0, a1, a2, a3, b0, b1);
-        }
-      }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mt][i] = fmaf(d[mt][i], s[u], acc[mt][i]);
+      window_mma<MT, T>(wl[u], wh[u], xv[u], s[u], acc);
     }
   }
 
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) partial[warp][mt * 4 + i][lane] = acc[mt][i];
-  __syncthreads();
-  if (threadIdx.x < MT * 4 * 32) {
-    const int e = threadIdx.x >> 5, ln = threadIdx.x & 31;
-    float sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < KS; ++w) sum += partial[w][e][ln];
-    // Accumulator element i of lane ln: column g (+8 for i >= 2), token 2t + (i & 1) of tile mt.
-    const int mt = e >> 2, i = e & 3;
-    const int col = n0 + (ln >> 2) + (i >= 2 ? 8 : 0);
-    const int tok = mt * kMmaTokens + 2 * (ln & 3) + (i & 1);
-    if (col < a.n && tok < a.m) a.out[int64_t(tok) * a.out_stride + col] = blockfp8::from_float<T>(sum);
-  }
+  reduce_store<KS, MT, T>(acc, partial, a, n0);
 }
 
 // Plain entry point. No __launch_bounds__: declaring any replaced nvcc's implicit bounds and
@@ -408,6 +464,86 @@ __global__ void mma_kernel(const Args<T> a) {
 template <int U, typename T>
 __global__ void __launch_bounds__(32 * 16, 3) mma_kernel_pinned(const Args<T> a) {
   mma_body<16, 1, U, T>(a);
+}
+
+// Candidate row gemv_mma_t8_ring: the t8 math with the weight streamed through a per-warp ring
+// of S shared-memory stages by cp.async, S - 1 windows ahead. The loads hold no registers, so the
+// ring depth, not the register file, sets the weight bytes in flight (S - 1 KB per warp, without
+// the issue-wait-compute sawtooth of the register loop); ncu found every t8 launch stalled on its
+// weight loads (gemv/NOTES.md). Each lane copies exactly the 32 bytes it later reads, so a lane's
+// own cp.async.wait_group is the only synchronization. x and the block scale are L1/L2 hits,
+// loaded into registers one window ahead. Ring layout [KS][S][2][32] uint4 (warp, stage, row g or
+// g + 8, lane): a warp's copies and reads of one stage half are 512 contiguous bytes.
+template <int KS, int S>
+constexpr int ring_smem_bytes() {
+  return KS * S * 2 * 32 * int(sizeof(uint4));
+}
+
+template <int KS, int S, typename T>
+__global__ void mma_ring_kernel(const Args<T> a) {
+  extern __shared__ uint4 ring[];
+  __shared__ float partial[KS][4][32];
+  const MmaLane<KS> ln(a);
+  const uint8_t* w_lo = ln.w_lo;
+  const int hi_delta = ln.hi_delta, lane = ln.lane;
+  const T* xp = ln.x_row(a, ln.g);
+  const float* sp = ln.sp;
+  constexpr int kStride = MmaLane<KS>::kStride;
+  constexpr int kScaleStride = MmaLane<KS>::kScaleStride;
+  constexpr int kHalf = 32 * int(sizeof(uint4));  // bytes of one stage half
+  const int windows = ln.windows(a);
+
+  const uint4* mine = ring + ln.warp * (S * 2 * 32) + lane;
+  const uint32_t slot = detail::smem_address(mine);
+  auto issue = [&](int window, int stage) {
+    detail::cp_async_16(slot + (2 * stage) * kHalf, w_lo + window * kStride);
+    detail::cp_async_16(slot + (2 * stage + 1) * kHalf, w_lo + hi_delta + window * kStride);
+  };
+  // Every iteration commits one group, empty past the last window, so "window i has landed" is
+  // always "at most S - 1 groups pending".
+#pragma unroll
+  for (int w = 0; w < S - 1; ++w) {
+    if (w < windows) issue(w, w);
+    detail::cp_async_commit();
+  }
+  uint4 xv[1][2] = {};
+  float scale = 0.f;
+  if (windows > 0) {
+    xv[0][0] = detail::load_x8(xp);
+    xv[0][1] = detail::load_x8(xp + 8);
+    scale = __ldg(sp);
+  }
+  float acc[1][4] = {};
+  int read_stage = 0, write_stage = S - 1;
+  for (int i = 0; i < windows; ++i) {
+    if (i + S - 1 < windows) issue(i + S - 1, write_stage);
+    detail::cp_async_commit();
+    detail::cp_async_wait<S - 1>();
+    const uint4 wl = mine[(2 * read_stage) * 32], wh = mine[(2 * read_stage + 1) * 32];
+    uint4 next[2] = {xv[0][0], xv[0][1]};
+    float next_scale = scale;
+    if (i + 1 < windows) {
+      next[0] = detail::load_x8(xp + (i + 1) * kStride);
+      next[1] = detail::load_x8(xp + (i + 1) * kStride + 8);
+      next_scale = __ldg(sp + (i + 1) * kScaleStride);
+    }
+    window_mma<1, T>(wl, wh, xv, scale, acc);
+    xv[0][0] = next[0], xv[0][1] = next[1], scale = next_scale;
+    read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
+    write_stage = write_stage + 1 == S ? 0 : write_stage + 1;
+  }
+  reduce_store<KS, 1, T>(acc, partial, a, ln.n0);
+}
+
+// 32-warp entry point (candidate rows gemv_mma_t8_ks32 / gemv_mma_t16_ks32): one 1024-thread
+// block per SM. For grids of at most one 16-warp block per SM (N <= 16 * sm_count, e.g. 2112
+// columns on 132 SMs) it doubles the warps, hence the weight requests in flight, per SM; ncu on
+// the H200 showed that case stalled on global loads (long scoreboard 59% of cycles, 25% achieved
+// occupancy). The bound is a correctness need here, not a tuning hint: 1024 threads launch only at
+// <= 64 registers per thread.
+template <int MT, int U, typename T>
+__global__ void __launch_bounds__(32 * 32, 1) mma_kernel_ks32(const Args<T> a) {
+  mma_body<32, MT, U, T>(a);
 }
 
 }  // namespace blockfp8::gemv

@@ -24,6 +24,9 @@ template <int MT, int U, bool kMayPin>
 cudaError_t launch_mma(const Problem& p, cudaStream_t s);
 template <int R, int C, int U, bool kAnyAlign>
 cudaError_t launch_fma(const Problem& p, cudaStream_t s);
+template <int MT, int U>
+cudaError_t launch_mma_ks32(const Problem& p, cudaStream_t s);
+cudaError_t launch_mma_ring(const Problem& p, cudaStream_t s);
 template <int MT>
 const char* mma_rejects(const Problem& p);
 const char* aligned_x_rejects(const Problem& p);
@@ -46,16 +49,19 @@ constexpr GemvRow kRows[] = {
       "tensor-core mma, two 8-token tiles for M = 9..16, 1 window in flight (2 blocks per SM): H200 1.2-1.45x "
       "t8's time at M = 16, slower than DeepGEMM on 7 of 15 shapes there (gemv/NOTES.md)"},
      &mma_rejects<2>, &launch_mma<2, 1, false>},
-    // Candidates, not measured on the H200 yet: the rows above take every problem these accept, so
-    // selection by M never reaches them; they exist to be forced by tests and `bench_gemv --rows`.
-    {{"gemv_mma_t8_u4", 8,
-      "candidate (unmeasured; forced only): t8 with 4 windows in flight per warp for grids of about one "
-      "block per SM (N <= ~2112), where t8 reads 2x the floor"},
-     &mma_rejects<1>, &launch_mma<1, 4, false>},
-    {{"gemv_mma_t16_u2", 16,
-      "candidate (unmeasured; forced only): t16 with 2 windows in flight per warp at 1 block per SM: t16's "
-      "bytes in flight with half the warps and loop trips, to tell loop cost from x traffic (gemv/NOTES.md)"},
-     &mma_rejects<2>, &launch_mma<2, 2, false>},
+    // Candidates, not measured on a GPU yet: the rows above take every problem these accept, so
+    // selection by M never reaches them; tests and `bench_gemv --rows` force them (gemv/NOTES.md).
+    {{"gemv_mma_t8_ks32", 8,
+      "candidate (unmeasured; forced only): t8 with 32 warps per block (K split 32) so grids of <= 1 block "
+      "per SM (N <= 16 x SMs) get twice the loads in flight; ncu: t8 at 2112x7168 stalls on loads, 25% occupancy"},
+     &mma_rejects<1>, &launch_mma_ks32<1, 2>},
+    {{"gemv_mma_t8_ring", 8,
+      "candidate (unmeasured; forced only): t8 with the weight streamed through a cp.async shared-memory ring "
+      "(4 or 9 windows ahead per warp, no registers held): ~2x t8's weight bytes in flight per SM, continuously"},
+     &mma_rejects<1>, &launch_mma_ring},
+    {{"gemv_mma_t16_ks32", 16,
+      "candidate (unmeasured; forced only): t16 with 32 warps per block, for the same small grids at M = 9..16"},
+     &mma_rejects<2>, &launch_mma_ks32<2, 1>},
     {{"gemv_fma_r1_c4_u4", 1,
       "M = 1 without the mma preconditions: 4 columns x 4 loads in flight per lane took 8192x2048 from 2.3 to "
       "3.1 TB/s on H200 (seed 000 sec 5.4); needs N >= 4096 to fill the GPU"},
@@ -161,6 +167,43 @@ cudaError_t launch_mma(const Problem& p, cudaStream_t s) {
   else
     launch_mma_t<MT, U, kMayPin, __half>(p, s);
   return cudaGetLastError();
+}
+
+template <int MT, int U>
+cudaError_t launch_mma_ks32(const Problem& p, cudaStream_t s) {
+  const unsigned grid = unsigned((p.n + kMmaCols - 1) / kMmaCols);
+  if (p.bf16)
+    mma_kernel_ks32<MT, U, __nv_bfloat16><<<grid, 32 * 32, 0, s>>>(args<__nv_bfloat16>(p));
+  else
+    mma_kernel_ks32<MT, U, __half><<<grid, 32 * 32, 0, s>>>(args<__half>(p));
+  return cudaGetLastError();
+}
+
+// Ring depth per K split: 80 KB of ring + the reduction tile (88 / 84 KB) stays under the 99 KB
+// a block may opt into on SM86/89/120, so one launcher serves every arch; on SM90 (227 KB) two
+// blocks fit per SM. Weight in flight per warp: S - 1 windows of 1 KB.
+constexpr int kRingStagesKs16 = 5;
+constexpr int kRingStagesKs8 = 10;
+constexpr int kMaxOptinSmem = 99 * 1024;
+static_assert(ring_smem_bytes<16, kRingStagesKs16>() + 16 * 4 * 32 * 4 <= kMaxOptinSmem, "ring too deep for SM89/120");
+static_assert(ring_smem_bytes<8, kRingStagesKs8>() + 8 * 4 * 32 * 4 <= kMaxOptinSmem, "ring too deep for SM89/120");
+
+template <int KS, int S, typename T>
+cudaError_t launch_ring_t(const Problem& p, cudaStream_t s) {
+  constexpr int kSmem = ring_smem_bytes<KS, S>();
+  // Above 48 KB of dynamic shared memory a kernel must opt in; set on every launch (cheap, and
+  // right for whichever device is current).
+  const cudaError_t err = cudaFuncSetAttribute(mma_ring_kernel<KS, S, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err != cudaSuccess) return err;
+  const unsigned grid = unsigned((p.n + kMmaCols - 1) / kMmaCols);
+  mma_ring_kernel<KS, S, T><<<grid, 32 * KS, kSmem, s>>>(args<T>(p));
+  return cudaGetLastError();
+}
+
+cudaError_t launch_mma_ring(const Problem& p, cudaStream_t s) {
+  if (ksplit(p.n) == 8)
+    return p.bf16 ? launch_ring_t<8, kRingStagesKs8, __nv_bfloat16>(p, s) : launch_ring_t<8, kRingStagesKs8, __half>(p, s);
+  return p.bf16 ? launch_ring_t<16, kRingStagesKs16, __nv_bfloat16>(p, s) : launch_ring_t<16, kRingStagesKs16, __half>(p, s);
 }
 
 }  // namespace
