@@ -213,7 +213,9 @@ def assert_close_to_ref(out: torch.Tensor, ref: torch.Tensor, what: str = "outpu
     NaN anywhere (a poisoned element left unwritten) fails.
 
     ``abs_floor`` raises the absolute term to ``abs_floor * max|ref|`` for kernels whose own
-    accumulation is coarser than fp32 (FP8 tensor cores: tests/test_gemm.py derives the value).
+    accumulation is coarser than fp32 (FP8 tensor cores: tests/test_gemm.py derives the value),
+    and the norm bound to ``max(u, abs_floor)``: that error is biased, not averaged away, when
+    every product has one sign (all-positive long K measured 2^-10.6 in norm on the H200).
     """
     if out.shape != ref.shape:
         raise AssertionError(f"{what}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
@@ -235,8 +237,9 @@ def assert_close_to_ref(out: torch.Tensor, ref: torch.Tensor, what: str = "outpu
             f"{bound.flatten()[idx].item():.3g})"
         )
     rel = (torch.linalg.vector_norm(o - r) / max(torch.linalg.vector_norm(r).item(), 1e-30)).item()
-    if rel > u:
-        raise AssertionError(f"{what}: relative norm error {rel:.3g} > {u:.3g}")
+    rel_bound = max(u, abs_floor)
+    if rel > rel_bound:
+        raise AssertionError(f"{what}: relative norm error {rel:.3g} > {rel_bound:.3g}")
 
 
 def first_mismatch(a: torch.Tensor, b: torch.Tensor):
