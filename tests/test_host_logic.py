@@ -29,14 +29,13 @@ def test_build_info_names_the_compiled_archs():
     assert (info["families"]["gemm"] == "9.0a") == ("9.0a" in info["archs"]), info
 
 
-def test_quant_table_lists_both_rows_with_reasons():
+def test_quant_table_lists_its_row_with_the_measured_reason():
     """The quant table is arch-independent, so it is listed (and selected from) without a GPU."""
     rows = ops.tile_table("quant")
-    assert [r["name"] for r in rows] == ["quant_lane16", "quant_lane16_g4_persistent"], rows
-    assert all(r["reason"] for r in rows), rows
+    assert [r["name"] for r in rows] == ["quant_lane16", "quant_lane16_rcp"], rows
     assert rows[0]["max_m"] is None, "row 0 must take every M so later rows stay forced-only"
     assert "63%" in rows[0]["reason"] and "1.89x" in rows[0]["reason"], rows[0]
-    assert "candidate, not measured on the H200 yet; forced only" in rows[1]["reason"], rows[1]
+    assert "candidate (unmeasured; forced only)" in rows[1]["reason"], rows[1]
 
 
 @pytest.mark.parametrize("k", [128, 640, 7168])
@@ -47,7 +46,7 @@ def test_quant_default_selects_row_0_for_every_m(k):
 
 def test_quant_row_rejects():
     rejects = torch.ops.blockfp8.row_rejects
-    for row in (0, 1):
+    for row in range(len(ops.tile_table("quant"))):
         assert rejects("quant", row, 83, 0, 640, 0, 640) == ""
         assert rejects("quant", row, 83, 0, 640, 1 << 20, 0) == "", "broadcast rows (stride 0) read in place"
         assert "16-byte aligned" in rejects("quant", row, 83, 0, 640, 8, 640)
@@ -55,4 +54,14 @@ def test_quant_row_rejects():
         assert rejects("quant", row, 1, 0, 640, 0, 3) == "", "one row: its stride is never used"
         assert "multiple of 128" in rejects("quant", row, 4, 0, 200, 0, 200)
         assert rejects("quant", row, 5, 0, 0, 8, 1) == "", "K = 0 reads nothing (torch gives [5, 0] stride 1)"
-    assert rejects("quant", 2, 4, 0, 128, 0, 128) == "row out of range"
+    assert rejects("quant", len(ops.tile_table("quant")), 4, 0, 128, 0, 128) == "row out of range"
+
+
+def test_tile_order_switches_are_checked_at_import_values():
+    ops.check_tile_order_env({})
+    ops.check_tile_order_env({"BLOCKFP8_SM90_RASTER": "along_n", "BLOCKFP8_SM90_SWIZZLE": "8"})
+    ops.check_tile_order_env({"BLOCKFP8_SM90_RASTER": ""})
+    with pytest.raises(ValueError, match="BLOCKFP8_SM90_RASTER='alongn'"):
+        ops.check_tile_order_env({"BLOCKFP8_SM90_RASTER": "alongn"})
+    with pytest.raises(ValueError, match="BLOCKFP8_SM90_SWIZZLE='3'"):
+        ops.check_tile_order_env({"BLOCKFP8_SM90_SWIZZLE": "3"})

@@ -13,10 +13,9 @@ outputs; an element the kernel left unwritten then differs from the reference.
 
 Rows: every row of the quant tile table is forced through every GPU test (each row must produce
 the reference's bits on its own, including rows that selection by M never picks yet), plus the
-default path. K = 640 is 5 groups, not a multiple of the 4 groups per lane of
-quant_lane16_g4_persistent (a tail tile); M = 1500 is not a multiple of its 16-token tiles, and at
-K = 7168 gives more items than an H200's resident blocks (the grid-stride loop). The CPU tests run
-wherever the package imports: row validation, the reference path and opcheck with a forced row.
+default path. K = 640 is an odd number of groups (5) and M = 1500 is not a multiple of the 16-token
+block tile, so partial tiles run. The CPU tests run wherever the package imports: row validation,
+the reference path and opcheck with a forced row.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 from typing import Optional
 
 import torch
@@ -53,6 +54,22 @@ def _load_extension():
         raise ImportError("vllm_blockfp8._C is not built (installed without nvcc?)")
     torch.ops.load_library(spec.origin)
 
+
+# Benchmark switches of the SM90 GEMM's persistent tile order (gemm/NOTES.md), read once by the
+# extension. Checked here so a typo fails at import with its name, not silently or mid-op.
+TILE_ORDER_ENV = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n"),
+                  "BLOCKFP8_SM90_SWIZZLE": ("1", "2", "4", "8")}
+
+
+def check_tile_order_env(environ=None) -> None:
+    environ = os.environ if environ is None else environ
+    for name, allowed in TILE_ORDER_ENV.items():
+        value = environ.get(name, "")
+        if value and value not in allowed:
+            raise ValueError(f"{name}={value!r}: expected one of {', '.join(allowed)} (or unset)")
+
+
+check_tile_order_env()
 
 try:
     _load_extension()

@@ -87,6 +87,31 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
                  (long long)m, name);
 }
 
+// BLOCKFP8_SM90_RASTER (heuristic | along_m | along_n) and BLOCKFP8_SM90_SWIZZLE (1, 2, 4, 8):
+// the SM90 GEMM's persistent tile order, read once per process. Benchmark switches for the L2
+// reuse experiment in gemm/NOTES.md; unset, CUTLASS's defaults (heuristic order, swizzle 1).
+// ops.py validates both at import and raises on other values; nothing here throws mid-op.
+struct TileOrder {
+  int raster = 0;
+  int max_swizzle = 1;
+};
+
+const TileOrder& sm90_tile_order() {
+  static const TileOrder order = [] {
+    TileOrder o;
+    if (const char* r = std::getenv("BLOCKFP8_SM90_RASTER")) {
+      const std::string v(r);
+      o.raster = v == "along_m" ? 1 : v == "along_n" ? 2 : 0;
+    }
+    if (const char* w = std::getenv("BLOCKFP8_SM90_SWIZZLE")) {
+      const std::string v(w);
+      o.max_swizzle = v == "2" ? 2 : v == "4" ? 4 : v == "8" ? 8 : 1;
+    }
+    return o;
+  }();
+  return order;
+}
+
 bool is_16bit(ScalarType t) { return t == ScalarType::BFloat16 || t == ScalarType::Half; }
 
 void check_weight(const Tensor& b, const Tensor& b_scale, int64_t k) {
@@ -151,7 +176,6 @@ std::tuple<Tensor, Tensor> quantize(const Tensor& x_in, int64_t row, const Devic
   p.s = static_cast<float*>(s_buf.data_ptr());
   p.m = m, p.k = k, p.x_stride = x.stride(0), p.s_ld = m4;
   p.bf16 = x.scalar_type() == ScalarType::BFloat16;
-  p.sm_count = dev.sm_count;
   int i = int(row);
   if (i < 0) {
     i = quant::select(p);
@@ -210,6 +234,8 @@ Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const T
   p.m = m, p.n = n, p.k = k;
   p.out_bf16 = out_dtype == ScalarType::BFloat16;
   p.sm_count = dev.sm_count;
+  p.raster = sm90_tile_order().raster;
+  p.max_swizzle = sm90_tile_order().max_swizzle;
   const int i = pick_row<GemmFamily>("gemm", int(row), p);
   log_row("gemm", gemm::row(i).name, m, n, k);
   std::optional<Tensor> workspace;

@@ -34,6 +34,10 @@ struct Problem {
   int64_t m = 0, n = 0, k = 0;
   bool out_bf16 = true;            // false: fp16
   int sm_count = 0;                // multiprocessors of the device (> 0; sizes persistent grids)
+  // Persistent tile order (an experiment switch, see ops.cpp's BLOCKFP8_SM90_RASTER/_SWIZZLE):
+  // raster 0 = CUTLASS's heuristic, 1 = along M, 2 = along N; max_swizzle 1, 2, 4 or 8.
+  int raster = 0;
+  int max_swizzle = 1;
   void* workspace = nullptr;       // >= workspace_bytes(row, problem) bytes, 16-byte aligned
   size_t workspace_size = 0;
 };

@@ -165,6 +165,13 @@ struct Gemm {
       ep.dD = {int64_t(n), cute::_1{}, int64_t(m) * n};
     }
 
+    // Tile order of the persistent grid: which tiles run in the same wave decides how much of A
+    // and B the L2 serves once both exceed it (M = 8192 on the large shapes, gemm/NOTES.md).
+    using RasterOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
+    args.scheduler.raster_order = p.raster == 1   ? RasterOptions::AlongM
+                                  : p.raster == 2 ? RasterOptions::AlongN
+                                                  : RasterOptions::Heuristic;
+    args.scheduler.max_swizzle_size = p.max_swizzle;
     if constexpr (kStreamK) {
       using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams;
       const int64_t rows = kSwap ? p.n : p.m, cols = kSwap ? p.m : p.n;

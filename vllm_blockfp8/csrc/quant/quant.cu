@@ -10,8 +10,8 @@
 // Work split, every row: 16 lanes own one (token, group) pair, 8 values (one 16-byte load) per
 // group each; a 256-thread block covers 16 consecutive tokens, so its scale stores for one group
 // are one 64-byte run. quant_lane16: one group per block, one block per (token tile, group).
-// quant_lane16_g4_persistent: 4 groups per lane, a grid of resident blocks striding over the
-// (token tile, 4-group tile) items.
+// quant_lane16_rcp (candidate, forced only): the same kernel, RN(x / scale) as x * RN(1 / scale) plus
+// one FMA correction step; the IEEE division only where |x / scale| < 2^-6 (zeros included).
 // Arch: any SM80+ (plain loads; cvt to e4m3 is one instruction from SM89 on, the intrinsics fall
 // back to software on older archs). Unsupported: K % 128 != 0 (the wrapper rejects it).
 //
@@ -23,7 +23,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <climits>
 
 #include "../common/convert.cuh"
 #include "../common/vector_rows.h"
@@ -35,7 +34,7 @@ namespace {
 using Launcher = cudaError_t (*)(const TokenGroupProblem&, cudaStream_t);
 
 cudaError_t launch_lane16(const TokenGroupProblem& p, cudaStream_t stream);
-cudaError_t launch_lane16_g4_persistent(const TokenGroupProblem& p, cudaStream_t stream);
+cudaError_t launch_lane16_rcp(const TokenGroupProblem& p, cudaStream_t stream);
 
 struct QuantRow {
   TileRow info;
@@ -49,11 +48,12 @@ constexpr QuantRow kRows[] = {
       "one 16-byte load per lane, a (16 tokens x 1 group) block per grid cell: 63% of copy bandwidth "
       "at M >= 1024 (geomean, 50-70%) and 1.89x vLLM's CUDA quantizer on H200 (quant/NOTES.md)"},
      &launch_lane16},
-    {{"quant_lane16_g4_persistent", kUnboundedM,
-      "candidate, not measured on the H200 yet; forced only: 4 groups per lane (4 independent 16-byte "
-      "loads in flight before the reductions) and a persistent grid of sm_count x resident blocks; "
-      "predicted >= 80% of copy bandwidth at M >= 1024"},
-     &launch_lane16_g4_persistent},
+    // Candidate, not measured on a GPU yet: row 0 takes every problem, so only tests and
+    // `bench_quant --rows` reach it (quant/NOTES.md).
+    {{"quant_lane16_rcp", kUnboundedM,
+      "candidate (unmeasured; forced only): quant_lane16 with x * rcp(scale) and one FMA correction step, exact "
+      "(division only for |x / scale| < 2^-6): 154 vs 200 instructions per lane; predicted ~80% of copy at M >= 1024"},
+     &launch_lane16_rcp},
 };
 constexpr int kNumRows = int(sizeof(kRows) / sizeof(kRows[0]));
 static_assert(kRows[0].info.max_m == kUnboundedM, "row 0 takes every M: later rows stay forced-only");
@@ -62,13 +62,36 @@ constexpr int kGroup = 128;
 constexpr int kLanesPerGroup = 16;       // 16 lanes x 8 values = one group
 constexpr int kTokensPerBlock = 16;      // 16 x 16 = 256 threads
 constexpr int kThreads = kLanesPerGroup * kTokensPerBlock;
-constexpr int kGroupsPerLane = 4;        // the candidate's loads in flight per lane
 constexpr float kFp8Max = 448.0f;
 constexpr float kAmaxFloor = 1e-10f;
-// quant_lane16 puts 16-token tiles on grid.y (at most 65535), so larger M takes several launches.
+// Both rows put 16-token tiles on grid.y (at most 65535), so larger M takes several launches.
 constexpr int64_t kMaxTokensPerLaunch = int64_t(65535) * kTokensPerBlock;
+// quant_lane16_rcp: below this |x * RN(1 / scale)| the IEEE division (see corrected_quotient).
+constexpr float kE4m3MinNormal = 0x1p-6f;
 
-template <typename T>
+// How quant_lane16 (IEEE division) and quant_lane16_rcp (corrected reciprocal) form x / scale.
+enum class Quotient { kIeeeDivision, kCorrectedReciprocal };
+
+// RN(x / scale) for a pair of values from r = RN(1 / scale), no division per value. Markstein: if y =
+// RN(1/b) and q is within 1 ulp of a/b, then rem = a - b q is exact in one FMA and RN(q + rem y) =
+// RN(a/b), with a, b, q and the result normal. Here b = scale, y = r (__frcp_rn, relative error
+// <= 2^-24) and q = p = RN(x r). p is within 1.5 ulp of x / scale but past 1 ulp for ~1% of 16-bit
+// (x, amax) pairs (rem then may round), which the theorem does not cover; those are exact too, as
+// this is CUDA's own div.rn.f32 fast path (its MUFU.RCP and Newton step are __frcp_rn's fast path,
+// then x * y, the same two FFMAs), and the CPU emulation of every 16-bit significand pair in
+// tests/test_quant_fast_quotient.py reproduces the quotient's bits. Ranges: scale > 2^-43 and
+// |p| < 448.1, so for |p| >= 2^-6 nothing leaves fp32's normal range (rem is a multiple of
+// ulp(p) ulp(scale) >= 2^-95). The guard sends |p| < 2^-6 to the division: zeros (the FMAs would turn
+// -0 into +0), fp32-subnormal x, e4m3-subnormal quotients, and NaN (fails the >=). Per pair, as the
+// conversion takes pairs: 4 branches per lane instead of 8.
+__device__ __forceinline__ float2 corrected_quotient(float x0, float x1, float scale, float r) {
+  const float p0 = __fmul_rn(x0, r), p1 = __fmul_rn(x1, r);  // not contracted: the FMAs need p itself
+  if (!(fabsf(p0) >= kE4m3MinNormal && fabsf(p1) >= kE4m3MinNormal))
+    return make_float2(x0 / scale, x1 / scale);
+  return make_float2(__fmaf_rn(__fmaf_rn(-p0, scale, x0), r, p0), __fmaf_rn(__fmaf_rn(-p1, scale, x1), r, p1));
+}
+
+template <typename T, Quotient kQuotient>
 __global__ void __launch_bounds__(kThreads)
 per_token_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                        int64_t m, int64_t k, int64_t x_stride, int64_t s_ld) {
@@ -98,90 +121,20 @@ per_token_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* 
 
   const float scale = fmaxf(amax, kAmaxFloor) / kFp8Max;
   uint2 packed;
-  uint8_t* out = reinterpret_cast<uint8_t*>(&packed);
+  if constexpr (kQuotient == Quotient::kIeeeDivision) {
+    uint8_t* out = reinterpret_cast<uint8_t*>(&packed);
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
-    out[i] = __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3);
+    for (int i = 0; i < 8; ++i)
+      out[i] = __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3);
+  } else {
+    const float r = __frcp_rn(scale);  // one correctly rounded reciprocal per lane and group
+    __nv_fp8x2_storage_t* out = reinterpret_cast<__nv_fp8x2_storage_t*>(&packed);
+#pragma unroll
+    for (int i = 0; i < 8; i += 2)  // .x goes to the low byte
+      out[i / 2] = __nv_cvt_float2_to_fp8x2(corrected_quotient(v[i], v[i + 1], scale, r), __NV_SATFINITE, __NV_E4M3);
+  }
   *reinterpret_cast<uint2*>(q + row * k + group * kGroup + lane * 8) = packed;
   if (lane == 0) s[group * s_ld + row] = scale;
-}
-
-// max |x| over the 8 values of one 16-byte load, compared in packed 16-bit (exact: |x| and max
-// are exact there, and widening is monotone), so the fp32 copies of the values are not kept
-// alive until the division. max.{bf16,f16}x2 skips a NaN like fmaxf does, and the final fmaxf
-// with 0 turns an all-NaN lane into 0, as per_token_group_kernel's fmaxf chain from 0 does.
-template <typename T>
-__device__ __forceinline__ float abs_max8(const uint4& raw);
-template <>
-__device__ __forceinline__ float abs_max8<__nv_bfloat16>(const uint4& raw) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);
-  const __nv_bfloat162 m = __hmax2(__hmax2(__habs2(p[0]), __habs2(p[1])), __hmax2(__habs2(p[2]), __habs2(p[3])));
-  return fmaxf(fmaxf(0.0f, __low2float(m)), __high2float(m));
-}
-template <>
-__device__ __forceinline__ float abs_max8<__half>(const uint4& raw) {
-  const __half2* p = reinterpret_cast<const __half2*>(&raw);
-  const __half2 m = __hmax2(__hmax2(__habs2(p[0]), __habs2(p[1])), __hmax2(__habs2(p[2]), __habs2(p[3])));
-  return fmaxf(fmaxf(0.0f, __low2float(m)), __high2float(m));
-}
-
-// The candidate: a block's work item is 16 tokens x kGroupsPerLane groups; the grid is sized to
-// the resident blocks and strides over items (token tile major, so neighbouring blocks read
-// neighbouring bytes of the same rows). Each lane issues its kGroupsPerLane 16-byte loads before
-// any reduction, and keeps them packed (16 registers) rather than widened: 40 registers, 6
-// resident blocks per SM on SM90 (62 and 4 when widened). Per group the arithmetic is the one of
-// per_token_group_kernel (the same amax value, scale expression and IEEE division; the x2 cvt
-// rounds as the scalar one), so the two rows produce the same bits.
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-per_token_group_g4_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
-                          int64_t m, int64_t k, int64_t x_stride, int64_t s_ld) {
-  constexpr int G = kGroupsPerLane;
-  const int lane = threadIdx.x % kLanesPerGroup;
-  const int token = threadIdx.x / kLanesPerGroup;
-  const int64_t groups = k / kGroup;
-  const int64_t group_tiles = (groups + G - 1) / G;
-  const int64_t items = (m + kTokensPerBlock - 1) / kTokensPerBlock * group_tiles;
-  // The item loop is block-uniform, so every lane reaches every shuffle below.
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t token_tile = item / group_tiles;
-    const int64_t g0 = (item - token_tile * group_tiles) * G;
-    const int64_t row = token_tile * kTokensPerBlock + token;
-    const bool active = row < m;
-    uint4 raw[G];
-#pragma unroll
-    for (int j = 0; j < G; ++j) {
-      raw[j] = make_uint4(0u, 0u, 0u, 0u);
-      if (active && g0 + j < groups)
-        raw[j] = *reinterpret_cast<const uint4*>(x + row * x_stride + (g0 + j) * kGroup + lane * 8);
-    }
-    float amax[G];
-#pragma unroll
-    for (int j = 0; j < G; ++j) amax[j] = abs_max8<T>(raw[j]);
-    // Interleaved so the G shuffle chains overlap instead of serializing their latencies.
-#pragma unroll
-    for (int offset = kLanesPerGroup / 2; offset > 0; offset /= 2) {
-#pragma unroll
-      for (int j = 0; j < G; ++j)
-        amax[j] = fmaxf(amax[j], __shfl_xor_sync(0xffffffffu, amax[j], offset, kLanesPerGroup));
-    }
-    if (active) {
-#pragma unroll
-      for (int j = 0; j < G; ++j) {
-        if (g0 + j >= groups) break;
-        const float scale = fmaxf(amax[j], kAmaxFloor) / kFp8Max;
-        const T* h = reinterpret_cast<const T*>(&raw[j]);
-        uint32_t pair[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          pair[i] = __nv_cvt_float2_to_fp8x2(
-              make_float2(to_float(h[2 * i]) / scale, to_float(h[2 * i + 1]) / scale), __NV_SATFINITE, __NV_E4M3);
-        *reinterpret_cast<uint2*>(q + row * k + (g0 + j) * kGroup + lane * 8) =
-            make_uint2(pair[0] | (pair[1] << 16), pair[2] | (pair[3] << 16));
-        if (lane == 0) s[(g0 + j) * s_ld + row] = scale;
-      }
-    }
-  }
 }
 
 template <typename T>
@@ -223,54 +176,36 @@ add_bias_kernel(T* __restrict__ out, const T* __restrict__ bias, int64_t m, int6
 }
 
 template <typename T>
+using TokenGroupKernel = void (*)(const T*, uint8_t*, float*, int64_t, int64_t, int64_t, int64_t);
+
+// Both quant rows: one (16 tokens x 1 group) block per grid cell, M split over launches.
+template <typename T, TokenGroupKernel<T> kKernel>
 cudaError_t launch_lane16_typed(const TokenGroupProblem& p, cudaStream_t stream) {
   const T* x = static_cast<const T*>(p.x);
   for (int64_t m0 = 0; m0 < p.m; m0 += kMaxTokensPerLaunch) {
     const int64_t rows = std::min(kMaxTokensPerLaunch, p.m - m0);
     const dim3 grid(static_cast<unsigned>(p.k / kGroup),
                     static_cast<unsigned>((rows + kTokensPerBlock - 1) / kTokensPerBlock));
-    per_token_group_kernel<T><<<grid, kThreads, 0, stream>>>(x + m0 * p.x_stride, p.q + m0 * p.k, p.s + m0, rows,
-                                                             p.k, p.x_stride, p.s_ld);
+    kKernel<<<grid, kThreads, 0, stream>>>(x + m0 * p.x_stride, p.q + m0 * p.k, p.s + m0, rows, p.k, p.x_stride,
+                                           p.s_ld);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
+template <Quotient kQuotient>
+cudaError_t launch_lane16_quotient(const TokenGroupProblem& p, cudaStream_t stream) {
+  return p.bf16 ? launch_lane16_typed<__nv_bfloat16, per_token_group_kernel<__nv_bfloat16, kQuotient>>(p, stream)
+                : launch_lane16_typed<__half, per_token_group_kernel<__half, kQuotient>>(p, stream);
+}
+
 cudaError_t launch_lane16(const TokenGroupProblem& p, cudaStream_t stream) {
-  return p.bf16 ? launch_lane16_typed<__nv_bfloat16>(p, stream) : launch_lane16_typed<__half>(p, stream);
+  return launch_lane16_quotient<Quotient::kIeeeDivision>(p, stream);
 }
 
-// Resident blocks per SM of the candidate, asked of the occupancy calculator once per process
-// (ptxas picks the register count, so a constant here could drift from it). A wrong value only
-// costs speed: the kernel strides over its items whatever the grid.
-template <typename T>
-int resident_blocks_per_sm() {
-  static const int blocks = [] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, per_token_group_g4_kernel<T>, kThreads, 0) != cudaSuccess) {
-      (void)cudaGetLastError();  // keep the failed query from surfacing as this launch's error
-      n = 0;
-    }
-    return n > 0 ? n : 1;
-  }();
-  return blocks;
-}
-
-template <typename T>
-cudaError_t launch_g4_typed(const TokenGroupProblem& p, cudaStream_t stream) {
-  const int64_t group_tiles = (p.k / kGroup + kGroupsPerLane - 1) / kGroupsPerLane;
-  const int64_t items = (p.m + kTokensPerBlock - 1) / kTokensPerBlock * group_tiles;
-  // Without an SM count (a shape-only caller) fall back to one block per item.
-  const int64_t resident = p.sm_count > 0 ? int64_t(p.sm_count) * resident_blocks_per_sm<T>() : items;
-  const int64_t blocks = std::min<int64_t>(std::min(items, resident), INT_MAX);
-  per_token_group_g4_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<const T*>(p.x), p.q, p.s, p.m, p.k, p.x_stride, p.s_ld);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_lane16_g4_persistent(const TokenGroupProblem& p, cudaStream_t stream) {
-  return p.bf16 ? launch_g4_typed<__nv_bfloat16>(p, stream) : launch_g4_typed<__half>(p, stream);
+cudaError_t launch_lane16_rcp(const TokenGroupProblem& p, cudaStream_t stream) {
+  return launch_lane16_quotient<Quotient::kCorrectedReciprocal>(p, stream);
 }
 
 }  // namespace

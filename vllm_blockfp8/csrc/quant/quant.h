@@ -19,7 +19,6 @@ struct TokenGroupProblem {
   float* s = nullptr;
   int64_t m = 0, k = 0, x_stride = 0, s_ld = 0;
   bool bf16 = true;
-  int sm_count = 0;  // multiprocessors of the device; sizes the persistent row's grid
 };
 
 // Rows of the quantizer's table in selection order (data at the top of quant.cu; the table is
