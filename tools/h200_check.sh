@@ -9,7 +9,8 @@
 #   sanitize     compute-sanitizer memcheck + racecheck over every kernel row
 #   bench_quant  bench_gemv  bench_gemm  bench_gemv_rows  bench_gemm_rows   benchmark scripts
 #   bench_crossover  every linear row forced at M = 8..64: the measured GEMV/GEMM crossover
-#   bench_gemm_only  bench_linear_prefill   bench_gemm split in two (GEMM alone / full linear), own JSON
+#   bench_gemm_only  bench_linear_prefill   bench_gemm split in two (GEMM alone / full linear), own JSON;
+#                    GEMM_SHAPES picks the shapes (default benchmark_set; e.g. seeds)
 #   racecheck_gemm   racecheck once per GEMM row and case (ties a hazard report to one launch)
 #   bench_gemm_order GEMM only at M = 2048..8192 under each BLOCKFP8_SM90_RASTER:SWIZZLE in GEMM_ORDERS
 #   ncu          Nsight Compute sections for the launches in NCU_SPECS (tools/ncu_rows.py specs)
@@ -84,9 +85,9 @@ for s in "$@"; do
                        --json benchmarks/results/bench_gemv_rows.json --plot benchmarks/results/bench_gemv_rows.png ;;
     bench_gemm) stage bench_gemm 420 python3 -m benchmarks.bench_gemm ;;  # 15 shapes x 6 peers: 150 s did 5
     bench_gemm_only) stage bench_gemm_only ${CAP_GEMM_ONLY:-420} python3 -m benchmarks.bench_gemm --ops gemm \
-                       --json benchmarks/results/bench_gemm_only.json --plot benchmarks/results/bench_gemm_only.png ;;
+                       --shapes "${GEMM_SHAPES:-benchmark_set}" --json benchmarks/results/bench_gemm_only.json --plot benchmarks/results/bench_gemm_only.png ;;
     bench_linear_prefill) stage bench_linear_prefill ${CAP_LINEAR:-420} python3 -m benchmarks.bench_gemm --ops linear \
-                       --json benchmarks/results/bench_linear_prefill.json --plot benchmarks/results/bench_linear_prefill.png ;;
+                       --shapes "${GEMM_SHAPES:-benchmark_set}" --json benchmarks/results/bench_linear_prefill.json --plot benchmarks/results/bench_linear_prefill.png ;;
     bench_gemm_order)  # the SM90 GEMM's persistent tile order at large M (gemm/NOTES.md): one run per setting
       stage bench_gemm_order 300 bash -c 'for o in ${GEMM_ORDERS:-heuristic:1 along_m:1 along_n:1 along_m:8 along_n:8}; do
         BLOCKFP8_SM90_RASTER=${o%:*} BLOCKFP8_SM90_SWIZZLE=${o#*:} python3 -m benchmarks.bench_gemm --ops gemm \
