@@ -89,10 +89,13 @@ for s in "$@"; do
     bench_linear_prefill) stage bench_linear_prefill ${CAP_LINEAR:-420} python3 -m benchmarks.bench_gemm --ops linear \
                        --shapes "${GEMM_SHAPES:-benchmark_set}" --json benchmarks/results/bench_linear_prefill.json --plot benchmarks/results/bench_linear_prefill.png ;;
     bench_gemm_order)  # the SM90 GEMM's persistent tile order at large M (gemm/NOTES.md): one run per setting
-      stage bench_gemm_order 300 bash -c 'for o in ${GEMM_ORDERS:-heuristic:1 along_m:1 along_n:1 along_m:8 along_n:8}; do
-        BLOCKFP8_SM90_RASTER=${o%:*} BLOCKFP8_SM90_SWIZZLE=${o#*:} python3 -m benchmarks.bench_gemm --ops gemm \
-          --m 2048,4096,8192 --peers none --json benchmarks/results/bench_gemm_order_${o%:*}_${o#*:}.json \
-          --plot /dev/null | grep -E "^geomean|^    ours"; done' ;;
+      # Each setting gets an equal share of the stage's time; large shapes only (where A and B exceed L2).
+      stage bench_gemm_order 300 bash -c 'orders=(${GEMM_ORDERS:-heuristic:1 along_m:1 along_n:1 along_m:8 along_n:8})
+        for o in "${orders[@]}"; do
+        BENCH_TIME_BUDGET_S=$(( BENCH_TIME_BUDGET_S / ${#orders[@]} )) BLOCKFP8_SM90_RASTER=${o%:*} \
+          BLOCKFP8_SM90_SWIZZLE=${o#*:} python3 -m benchmarks.bench_gemm --ops gemm --m 2048,4096,8192 \
+          --shapes qwen3_8b,dsv3.7168x16384 --peers none --plot /dev/null \
+          --json benchmarks/results/bench_gemm_order_${o%:*}_${o#*:}.json | grep -E "^geomean|^    ours"; done' ;;
     racecheck_gemm)  # one process per GEMM row and case, so each hazard report names its launch
       stage racecheck_gemm 150 bash -c 'for r in $(python3 -c "from vllm_blockfp8 import ops; print(\" \".join(x[\"name\"] for x in ops.tile_table(\"gemm\")))"); do
         for c in 0 1; do echo "== racecheck gemm:$r case $c"; compute-sanitizer --tool racecheck --print-limit 2 python3 tools/sanitize_rows.py gemm:$r --case $c 2>&1 | grep -E "^gemm|hazard|Race|SUMMARY|==   *and"; done; done' ;;
