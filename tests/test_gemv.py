@@ -54,7 +54,7 @@ def _row_accepts(name: str, m: int, n: int, k: int) -> bool:
     Kept here so a forced row is skipped only where it should be: test_rejected_rows_raise checks
     that the op refuses exactly the complement.
     """
-    tokens = re.match(r"gemv_mma_t(\d+)", name)  # gemv_mma_t<tokens>[_u<windows in flight>]
+    tokens = re.match(r"gemv_mma_t(\d+)", name)  # gemv_mma_t<tokens>[_<variant>]
     if tokens:
         return m <= int(tokens.group(1)) and k % 64 == 0
     if name == "gemv_fma_r1_c4_u4":

@@ -466,7 +466,7 @@ __global__ void __launch_bounds__(32 * 16, 3) mma_kernel_pinned(const Args<T> a)
   mma_body<16, 1, U, T>(a);
 }
 
-// Candidate row gemv_mma_t8_ring: the t8 math with the weight streamed through a per-warp ring
+// Candidate rows gemv_mma_t8_ring / gemv_mma_t16_ring: the t8 / t16 math with the weight streamed through a per-warp ring
 // of S shared-memory stages by cp.async, S - 1 windows ahead. The loads hold no registers, so the
 // ring depth, not the register file, sets the weight bytes in flight (S - 1 KB per warp, without
 // the issue-wait-compute sawtooth of the register loop); ncu found every t8 launch stalled on its
@@ -479,14 +479,16 @@ constexpr int ring_smem_bytes() {
   return KS * S * 2 * 32 * int(sizeof(uint4));
 }
 
-template <int KS, int S, typename T>
+template <int KS, int MT, int S, typename T>
 __global__ void mma_ring_kernel(const Args<T> a) {
   extern __shared__ uint4 ring[];
-  __shared__ float partial[KS][4][32];
+  __shared__ float partial[KS][MT * 4][32];
   const MmaLane<KS> ln(a);
   const uint8_t* w_lo = ln.w_lo;
   const int hi_delta = ln.hi_delta, lane = ln.lane;
-  const T* xp = ln.x_row(a, ln.g);
+  const T* xp[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) xp[mt] = ln.x_row(a, mt * kMmaTokens + ln.g);
   const float* sp = ln.sp;
   constexpr int kStride = MmaLane<KS>::kStride;
   constexpr int kScaleStride = MmaLane<KS>::kScaleStride;
@@ -499,6 +501,15 @@ __global__ void mma_ring_kernel(const Args<T> a) {
     detail::cp_async_16(slot + (2 * stage) * kHalf, w_lo + window * kStride);
     detail::cp_async_16(slot + (2 * stage + 1) * kHalf, w_lo + hi_delta + window * kStride);
   };
+  // x of MT token tiles and the scale of window w (L1/L2 hits).
+  auto load_x = [&](int window, uint4 (&xv)[MT][2], float& scale) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      xv[mt][0] = detail::load_x8(xp[mt] + window * kStride);
+      xv[mt][1] = detail::load_x8(xp[mt] + window * kStride + 8);
+    }
+    scale = __ldg(sp + window * kScaleStride);
+  };
   // Every iteration commits one group, empty past the last window, so "window i has landed" is
   // always "at most S - 1 groups pending".
 #pragma unroll
@@ -506,33 +517,29 @@ __global__ void mma_ring_kernel(const Args<T> a) {
     if (w < windows) issue(w, w);
     detail::cp_async_commit();
   }
-  uint4 xv[1][2] = {};
+  uint4 xv[MT][2] = {};
   float scale = 0.f;
-  if (windows > 0) {
-    xv[0][0] = detail::load_x8(xp);
-    xv[0][1] = detail::load_x8(xp + 8);
-    scale = __ldg(sp);
-  }
-  float acc[1][4] = {};
+  if (windows > 0) load_x(0, xv, scale);
+  float acc[MT][4] = {};
   int read_stage = 0, write_stage = S - 1;
   for (int i = 0; i < windows; ++i) {
     if (i + S - 1 < windows) issue(i + S - 1, write_stage);
     detail::cp_async_commit();
     detail::cp_async_wait<S - 1>();
     const uint4 wl = mine[(2 * read_stage) * 32], wh = mine[(2 * read_stage + 1) * 32];
-    uint4 next[2] = {xv[0][0], xv[0][1]};
+    uint4 next[MT][2];
     float next_scale = scale;
-    if (i + 1 < windows) {
-      next[0] = detail::load_x8(xp + (i + 1) * kStride);
-      next[1] = detail::load_x8(xp + (i + 1) * kStride + 8);
-      next_scale = __ldg(sp + (i + 1) * kScaleStride);
-    }
-    window_mma<1, T>(wl, wh, xv, scale, acc);
-    xv[0][0] = next[0], xv[0][1] = next[1], scale = next_scale;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) next[mt][0] = xv[mt][0], next[mt][1] = xv[mt][1];
+    if (i + 1 < windows) load_x(i + 1, next, next_scale);
+    window_mma<MT, T>(wl, wh, xv, scale, acc);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) xv[mt][0] = next[mt][0], xv[mt][1] = next[mt][1];
+    scale = next_scale;
     read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
     write_stage = write_stage + 1 == S ? 0 : write_stage + 1;
   }
-  reduce_store<KS, 1, T>(acc, partial, a, ln.n0);
+  reduce_store<KS, MT, T>(acc, partial, a, ln.n0);
 }
 
 // 32-warp entry point (candidate rows gemv_mma_t8_ks32 / gemv_mma_t16_ks32): one 1024-thread
