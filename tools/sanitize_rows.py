@@ -18,6 +18,7 @@ Prints one line per row; exits non-zero if any call failed.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -77,13 +78,11 @@ def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """argv: optional FAMILY[:ROW] prefixes to run only those rows, and --case I for one case."""
-    case = None
-    if "--case" in argv:
-        i = argv.index("--case")
-        case = int(argv[i + 1])
-        argv = argv[:i] + argv[i + 2:]
-    only = argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("only", nargs="*", metavar="FAMILY[:ROW]", help="run only rows with these prefixes")
+    parser.add_argument("--case", type=int, help="run only this case (index) of each row")
+    args = parser.parse_args(argv)
+    only, case = args.only, args.case
     if not (torch.cuda.is_available() and ops.HAS_CUDA_KERNELS):
         print("sanitize_rows: needs a CUDA GPU and the compiled extension", file=sys.stderr)
         return 2

@@ -33,8 +33,10 @@ namespace {
 
 using Launcher = cudaError_t (*)(const TokenGroupProblem&, cudaStream_t);
 
+// How quant_lane16 (IEEE division) and quant_lane16_rcp (corrected reciprocal) form x / scale.
+enum class Quotient { kIeeeDivision, kCorrectedReciprocal };
+template <Quotient kQuotient>
 cudaError_t launch_lane16(const TokenGroupProblem& p, cudaStream_t stream);
-cudaError_t launch_lane16_rcp(const TokenGroupProblem& p, cudaStream_t stream);
 
 struct QuantRow {
   TileRow info;
@@ -47,13 +49,13 @@ constexpr QuantRow kRows[] = {
     {{"quant_lane16", kUnboundedM,
       "one 16-byte load per lane, a (16 tokens x 1 group) block per grid cell: 63% of copy bandwidth "
       "at M >= 1024 (geomean, 50-70%) and 1.89x vLLM's CUDA quantizer on H200 (quant/NOTES.md)"},
-     &launch_lane16},
+     &launch_lane16<Quotient::kIeeeDivision>},
     // Candidate, not measured on a GPU yet: row 0 takes every problem, so only tests and
     // `bench_quant --rows` reach it (quant/NOTES.md).
     {{"quant_lane16_rcp", kUnboundedM,
       "candidate (unmeasured; forced only): quant_lane16 with x * rcp(scale) and one FMA correction step, exact "
       "(division only for |x / scale| < 2^-6): 154 vs 200 instructions per lane; predicted ~80% of copy at M >= 1024"},
-     &launch_lane16_rcp},
+     &launch_lane16<Quotient::kCorrectedReciprocal>},
 };
 constexpr int kNumRows = int(sizeof(kRows) / sizeof(kRows[0]));
 static_assert(kRows[0].info.max_m == kUnboundedM, "row 0 takes every M: later rows stay forced-only");
@@ -68,9 +70,6 @@ constexpr float kAmaxFloor = 1e-10f;
 constexpr int64_t kMaxTokensPerLaunch = int64_t(65535) * kTokensPerBlock;
 // quant_lane16_rcp: below this |x * RN(1 / scale)| the IEEE division (see corrected_quotient).
 constexpr float kE4m3MinNormal = 0x1p-6f;
-
-// How quant_lane16 (IEEE division) and quant_lane16_rcp (corrected reciprocal) form x / scale.
-enum class Quotient { kIeeeDivision, kCorrectedReciprocal };
 
 // RN(x / scale) for a pair of values from r = RN(1 / scale), no division per value. Markstein: if y =
 // RN(1/b) and q is within 1 ulp of a/b, then rem = a - b q is exact in one FMA and RN(q + rem y) =
@@ -175,19 +174,16 @@ add_bias_kernel(T* __restrict__ out, const T* __restrict__ bias, int64_t m, int6
     out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % n]));
 }
 
-template <typename T>
-using TokenGroupKernel = void (*)(const T*, uint8_t*, float*, int64_t, int64_t, int64_t, int64_t);
-
 // Both quant rows: one (16 tokens x 1 group) block per grid cell, M split over launches.
-template <typename T, TokenGroupKernel<T> kKernel>
+template <typename T, Quotient kQuotient>
 cudaError_t launch_lane16_typed(const TokenGroupProblem& p, cudaStream_t stream) {
   const T* x = static_cast<const T*>(p.x);
   for (int64_t m0 = 0; m0 < p.m; m0 += kMaxTokensPerLaunch) {
     const int64_t rows = std::min(kMaxTokensPerLaunch, p.m - m0);
     const dim3 grid(static_cast<unsigned>(p.k / kGroup),
                     static_cast<unsigned>((rows + kTokensPerBlock - 1) / kTokensPerBlock));
-    kKernel<<<grid, kThreads, 0, stream>>>(x + m0 * p.x_stride, p.q + m0 * p.k, p.s + m0, rows, p.k, p.x_stride,
-                                           p.s_ld);
+    per_token_group_kernel<T, kQuotient><<<grid, kThreads, 0, stream>>>(
+        x + m0 * p.x_stride, p.q + m0 * p.k, p.s + m0, rows, p.k, p.x_stride, p.s_ld);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -195,17 +191,9 @@ cudaError_t launch_lane16_typed(const TokenGroupProblem& p, cudaStream_t stream)
 }
 
 template <Quotient kQuotient>
-cudaError_t launch_lane16_quotient(const TokenGroupProblem& p, cudaStream_t stream) {
-  return p.bf16 ? launch_lane16_typed<__nv_bfloat16, per_token_group_kernel<__nv_bfloat16, kQuotient>>(p, stream)
-                : launch_lane16_typed<__half, per_token_group_kernel<__half, kQuotient>>(p, stream);
-}
-
 cudaError_t launch_lane16(const TokenGroupProblem& p, cudaStream_t stream) {
-  return launch_lane16_quotient<Quotient::kIeeeDivision>(p, stream);
-}
-
-cudaError_t launch_lane16_rcp(const TokenGroupProblem& p, cudaStream_t stream) {
-  return launch_lane16_quotient<Quotient::kCorrectedReciprocal>(p, stream);
+  return p.bf16 ? launch_lane16_typed<__nv_bfloat16, kQuotient>(p, stream)
+                : launch_lane16_typed<__half, kQuotient>(p, stream);
 }
 
 }  // namespace
