@@ -22,7 +22,11 @@
 #   serving_quick  420  all three serving stages, --quick, on the 4-layer model
 #   loadtest       LOADTEST_MIN*60+240  run_serving.py --loadtest (exit 1 on any failed request)
 #
-# Environment: PACK (1: pack $OUT/e2e into $OUT/e2e.tgz at the end), PACK_MAX_MB (3), PACK_CACHE
+# Environment: E2E_TAG (output folder $OUT/e2e-TAG and archive e2e-TAG.tgz instead of e2e: two
+# instances, one per GPU via CUDA_VISIBLE_DEVICES, can run side by side on the nvidia-h200-x2
+# machine; make the models first with one `prep`, and give each instance its own SERVE_PORT),
+# SERVE_PORT (8011; the first port run_serving tries for its servers), PACK (1: pack the output
+# folder into its .tgz at the end), PACK_MAX_MB (3), PACK_CACHE
 # (1: also $OUT/vllm_cache.tgz), VLLM_CACHE_IN (.vc/vllm_cache.tgz, restored first), LAYERS (36;
 # the serving model's depth), QUICK=1 (latency/throughput/serve_sweep/loadtest with --quick on the
 # 4-layer model), VARIANTS (run_serving's, default
@@ -36,7 +40,8 @@ cd "$(dirname "$0")/.."
 [ "$#" -gt 0 ] || { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 2; }
 [ -n "${VLLM_USE_FLASHINFER_SAMPLER:-}" ] || . /tmp/vk_tools/env.sh
 PY=${PYTHON:-python3}
-E2E=$OUT/e2e
+E2E_NAME=e2e${E2E_TAG:+-$E2E_TAG}
+E2E=$OUT/$E2E_NAME
 mkdir -p "$E2E"
 SUMMARY=$E2E/summary.tsv
 : > "$SUMMARY"
@@ -162,7 +167,7 @@ serving() {  # serving NAME CAP MODEL_DIR run_serving-args...
   local name=$1 c=$2 dir=$3
   shift 3
   step "$name" "$c" "$PY" benchmarks/serving/run_serving.py --fp8block "$dir/fp8block" \
-    --bf16 "$dir/bf16" --out "$E2E/$name" --budget-s $(( c - 50 )) "$@"
+    --bf16 "$dir/bf16" --out "$E2E/$name" --budget-s $(( c - 50 )) --port "${SERVE_PORT:-8011}" "$@"
 }
 
 {
@@ -248,14 +253,14 @@ if [ "${PACK_CACHE:-1}" = 1 ] && [ -d "$HOME/.cache/vllm" ]; then
   done
 fi
 
-# The device returns at most 8 files of 16 MiB each: pack $E2E into $OUT/e2e.tgz, leaving out
+# The device returns at most 8 files of 16 MiB each: pack $E2E into $OUT/$E2E_NAME.tgz, leaving out
 # files over PACK_MAX_MB (named in omitted.txt; a 2026-11-29 run lost every log to one oversized
 # archive). PACK=0 keeps the folder as it is.
 if [ "${PACK:-1}" = 1 ]; then
   LIMIT=$(( ${PACK_MAX_MB:-3} * 1048576 ))  # in bytes: find rounds -size NM up to whole MiB
   find "$E2E" -type f -size +"$LIMIT"c -printf '%s %P\n' > "$E2E/omitted.txt"
-  (cd "$OUT" && find e2e -type f ! -size +"$LIMIT"c -print0 \
-     | tar czf e2e.tgz --null -T - && rm -rf e2e)
-  echo "packed: $(du -h "$OUT/e2e.tgz" | cut -f1) in $OUT/e2e.tgz"
+  (cd "$OUT" && find "$E2E_NAME" -type f ! -size +"$LIMIT"c -print0 \
+     | tar czf "$E2E_NAME.tgz" --null -T - && rm -rf "$E2E_NAME")
+  echo "packed: $(du -h "$OUT/$E2E_NAME.tgz" | cut -f1) in $OUT/$E2E_NAME.tgz"
 fi
 exit "$BAD"

@@ -162,7 +162,11 @@ class Bench:
         for case in self.a.throughput_cases.split(","):
             il, ol, n = self.p[case]
             js = self.a.out / f"throughput-{case}-{v}.json"
-            cmd = [*VLLM, "bench", "throughput", "--model", model, *eargs,
+            # Prefill steps batch thousands of tokens, past every CUDA graph: a few graph sizes
+            # time the same work and spare each engine its capture (and vLLM fp8 its DeepGEMM JIT
+            # of every capture size), the same for every variant.
+            cc = ["-cc", json.dumps(LATENCY_CC)] if case == "prefill" and not self.a.quick else []
+            cmd = [*VLLM, "bench", "throughput", "--model", model, *eargs, *cc,
                    "--dataset-name", "random", "--random-input-len", str(il),
                    "--random-output-len", str(ol), "--num-prompts", str(n),
                    "--output-json", str(js)]
