@@ -45,10 +45,13 @@ VARIANTS = {
         Variant("blockfp8-tp2", "fp8block", "blockfp8",
                 "block-FP8 checkpoint through this plugin, tensor parallel 2 (needs 2 GPUs)",
                 tensor_parallel=2),
+        Variant("bf16-tp2", "bf16", None,
+                "bf16 at tensor parallel 2 (needs 2 GPUs): what sharding alone moves, the yardstick "
+                "for blockfp8-tp2 against blockfp8", tensor_parallel=2),
     )
 }
 
-OWN_VARIANTS = ("bf16", "blockfp8", "bf16-dequant", "blockfp8-tp2")
+OWN_VARIANTS = ("bf16", "blockfp8", "bf16-dequant", "blockfp8-tp2", "bf16-tp2")
 
 # vLLM settings shared by every variant (the offline bundle runs TRITON_ATTN on the H200).
 ATTENTION_BACKEND = os.environ.get("BLOCKFP8_EVAL_ATTN", "TRITON_ATTN")

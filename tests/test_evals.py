@@ -109,4 +109,7 @@ def test_tensor_parallel_variant_is_ours_and_shards_the_engine():
     kw = llm_kwargs("m", v.quantization, gpu_mem=0.3, eager=True, max_model_len=64,
                     tensor_parallel_size=v.tensor_parallel)
     assert kw["tensor_parallel_size"] == 2 and kw["quantization"] == "blockfp8"
-    assert all(VARIANTS[n].tensor_parallel == 1 for n in VARIANTS if n != "blockfp8-tp2")
+    assert all(VARIANTS[n].tensor_parallel == 1 for n in VARIANTS if not n.endswith("-tp2"))
+    base = VARIANTS["bf16-tp2"]
+    assert (base.checkpoint, base.quantization, base.tensor_parallel) == ("bf16", None, 2)
+    assert "bf16-tp2" in OWN_VARIANTS

@@ -56,7 +56,10 @@ def _row_accepts(name: str, m: int, n: int, k: int) -> bool:
     """
     tokens = re.match(r"gemv_mma_t(\d+)", name)  # gemv_mma_t<tokens>[_<variant>]
     if tokens:
-        return m <= int(tokens.group(1)) and k % 64 == 0
+        fits = m <= int(tokens.group(1)) and k % 64 == 0
+        if name.endswith("_ks32"):  # only grids of <= one 16-column tile per SM
+            fits = fits and -(-n // 16) <= torch.cuda.get_device_properties(0).multi_processor_count
+        return fits
     if name == "gemv_fma_r1_c4_u4":
         return n >= 4096
     return True

@@ -1,6 +1,6 @@
 """CPU proof of quant_lane16_rcp's quotient (csrc/quant/quant.cu): no GPU, no extension.
 
-quant_lane16 computes q = e4m3_satfinite(RN(x / scale)) with the IEEE division. The candidate row
+The contract is q = e4m3_satfinite(RN(x / scale)) with the IEEE division. The kernel
 computes r = RN(1 / scale) once per group (__frcp_rn) and per value p = RN(x r) (__fmul_rn), rem =
 RN(x - p scale) and Q = RN(p + rem r) (__fmaf_rn twice), and converts Q; a pair of values takes
 the division instead when either |p| < 2^-6 (or is NaN). ``kernel_quotient`` emulates that on the CPU:

@@ -14,8 +14,9 @@
 #   fidelity       420  evals.fidelity on SmolLM2-135M (needs the SmolLM2 archive unpacked)
 #   fidelity_q3    420  evals.fidelity on the 4-layer Qwen3-8B-shaped random model
 #   lm_eval        420  evals.run_lm_eval on SmolLM2-135M (needs lm-eval: .whl/lmeval/*.whl)
-#   tp2            420  evals.fidelity, blockfp8 at tensor parallel 2 against 1, 4-layer Qwen3 shape
-#                       (two GPUs: run it on the nvidia-h200-x2 machine)
+#   tp2            420  evals.fidelity, blockfp8 at tensor parallel 2 against 1, then bf16 at 2
+#                       against 1 (the yardstick), 4-layer Qwen3 shape (two GPUs: nvidia-h200-x2);
+#                       each of the two steps has the cap
 #   latency        480  benchmarks/serving/run_serving.py --stages latency
 #   throughput     480  ... --stages throughput
 #   serve_sweep    480  ... --stages serve (concurrency 1, 4, 16, 64)
@@ -201,9 +202,14 @@ for stage in "$@"; do
       if [ "$(nvidia-smi -L 2>/dev/null | grep -c GPU)" -lt 2 ]; then
         missing tp2 "needs two GPUs (the nvidia-h200-x2 machine)"
       else
+        # blockfp8 at tp 2 against tp 1, and bf16 at tp 2 against tp 1: what sharding alone moves
+        # on this model (bf16 partial sums rounded before the all-reduce), the yardstick for the first.
         need_q3 "$Q3S" 4 && step tp2 "$(cap tp2 420)" "$PY" -m evals.fidelity --bf16 "$Q3S/bf16" \
           --fp8block "$Q3S/fp8block" --out "$E2E/tp2-q3" --variants blockfp8,blockfp8-tp2 \
-          --reference blockfp8 --timeout-s 240
+          --reference blockfp8 --timeout-s 150 \
+        && step tp2_bf16 "$(cap tp2 420)" "$PY" -m evals.fidelity --bf16 "$Q3S/bf16" \
+          --fp8block "$Q3S/fp8block" --out "$E2E/tp2-q3-bf16" --variants bf16,bf16-tp2 \
+          --reference bf16 --timeout-s 150
       fi ;;
     lm_eval)
       # SmolLM2 when its archive is there; else the random 4-layer model, where accuracy is chance

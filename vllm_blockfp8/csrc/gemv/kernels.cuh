@@ -134,20 +134,6 @@ __device__ __forceinline__ void mma16816<__nv_bfloat16>(float& d0, float& d1, fl
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// cp.async (SM80+): 16 bytes global -> shared without a register, cached in L2 only (.cg); the
-// issuing thread sees them after cp.async.wait_group. Groups complete in commit order.
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 }  // namespace detail
 
 // ------------------------------------------------------------------------------------------
@@ -466,88 +452,11 @@ __global__ void __launch_bounds__(32 * 16, 3) mma_kernel_pinned(const Args<T> a)
   mma_body<16, 1, U, T>(a);
 }
 
-// Candidate rows gemv_mma_t8_ring / gemv_mma_t16_ring: the t8 / t16 math with the weight streamed through a per-warp ring
-// of S shared-memory stages by cp.async, S - 1 windows ahead. The loads hold no registers, so the
-// ring depth, not the register file, sets the weight bytes in flight (S - 1 KB per warp, without
-// the issue-wait-compute sawtooth of the register loop); ncu found every t8 launch stalled on its
-// weight loads (gemv/NOTES.md). Each lane copies exactly the 32 bytes it later reads, so a lane's
-// own cp.async.wait_group is the only synchronization. x and the block scale are L1/L2 hits,
-// loaded into registers one window ahead. Ring layout [KS][S][2][32] uint4 (warp, stage, row g or
-// g + 8, lane): a warp's copies and reads of one stage half are 512 contiguous bytes.
-template <int KS, int S>
-constexpr int ring_smem_bytes() {
-  return KS * S * 2 * 32 * int(sizeof(uint4));
-}
-
-template <int KS, int MT, int S, typename T>
-__global__ void mma_ring_kernel(const Args<T> a) {
-  extern __shared__ uint4 ring[];
-  __shared__ float partial[KS][MT * 4][32];
-  const MmaLane<KS> ln(a);
-  const uint8_t* w_lo = ln.w_lo;
-  const int hi_delta = ln.hi_delta, lane = ln.lane;
-  const T* xp[MT];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) xp[mt] = ln.x_row(a, mt * kMmaTokens + ln.g);
-  const float* sp = ln.sp;
-  constexpr int kStride = MmaLane<KS>::kStride;
-  constexpr int kScaleStride = MmaLane<KS>::kScaleStride;
-  constexpr int kHalf = 32 * int(sizeof(uint4));  // bytes of one stage half
-  const int windows = ln.windows(a);
-
-  const uint4* mine = ring + ln.warp * (S * 2 * 32) + lane;
-  const uint32_t slot = detail::smem_address(mine);
-  auto issue = [&](int window, int stage) {
-    detail::cp_async_16(slot + (2 * stage) * kHalf, w_lo + window * kStride);
-    detail::cp_async_16(slot + (2 * stage + 1) * kHalf, w_lo + hi_delta + window * kStride);
-  };
-  // x of MT token tiles and the scale of window w (L1/L2 hits).
-  auto load_x = [&](int window, uint4 (&xv)[MT][2], float& scale) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      xv[mt][0] = detail::load_x8(xp[mt] + window * kStride);
-      xv[mt][1] = detail::load_x8(xp[mt] + window * kStride + 8);
-    }
-    scale = __ldg(sp + window * kScaleStride);
-  };
-  // Every iteration commits one group, empty past the last window, so "window i has landed" is
-  // always "at most S - 1 groups pending".
-#pragma unroll
-  for (int w = 0; w < S - 1; ++w) {
-    if (w < windows) issue(w, w);
-    detail::cp_async_commit();
-  }
-  uint4 xv[MT][2] = {};
-  float scale = 0.f;
-  if (windows > 0) load_x(0, xv, scale);
-  float acc[MT][4] = {};
-  int read_stage = 0, write_stage = S - 1;
-  for (int i = 0; i < windows; ++i) {
-    if (i + S - 1 < windows) issue(i + S - 1, write_stage);
-    detail::cp_async_commit();
-    detail::cp_async_wait<S - 1>();
-    const uint4 wl = mine[(2 * read_stage) * 32], wh = mine[(2 * read_stage + 1) * 32];
-    uint4 next[MT][2];
-    float next_scale = scale;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) next[mt][0] = xv[mt][0], next[mt][1] = xv[mt][1];
-    if (i + 1 < windows) load_x(i + 1, next, next_scale);
-    window_mma<MT, T>(wl, wh, xv, scale, acc);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) xv[mt][0] = next[mt][0], xv[mt][1] = next[mt][1];
-    scale = next_scale;
-    read_stage = read_stage + 1 == S ? 0 : read_stage + 1;
-    write_stage = write_stage + 1 == S ? 0 : write_stage + 1;
-  }
-  reduce_store<KS, MT, T>(acc, partial, a, ln.n0);
-}
-
-// 32-warp entry point (candidate rows gemv_mma_t8_ks32 / gemv_mma_t16_ks32): one 1024-thread
-// block per SM. For grids of at most one 16-warp block per SM (N <= 16 * sm_count, e.g. 2112
-// columns on 132 SMs) it doubles the warps, hence the weight requests in flight, per SM; ncu on
-// the H200 showed that case stalled on global loads (long scoreboard 59% of cycles, 25% achieved
-// occupancy). The bound is a correctness need here, not a tuning hint: 1024 threads launch only at
-// <= 64 registers per thread.
+// 32-warp entry point (row gemv_mma_t16_ks32): one 1024-thread block per SM. For grids of at
+// most one 16-warp block per SM (N <= 16 * sm_count, e.g. 2112 columns on 132 SMs) it doubles the
+// warps, hence the weight requests in flight, per SM; ncu on the H200 showed that case stalled on
+// global loads (long scoreboard 59% of cycles, 25% achieved occupancy). The bound is a
+// correctness need here, not a tuning hint: 1024 threads launch only at <= 64 registers per thread.
 template <int MT, int U, typename T>
 __global__ void __launch_bounds__(32 * 32, 1) mma_kernel_ks32(const Args<T> a) {
   mma_body<32, MT, U, T>(a);

@@ -27,9 +27,8 @@ cudaError_t launch_fma(const Problem& p, cudaStream_t s);
 template <int MT, int U>
 cudaError_t launch_mma_ks32(const Problem& p, cudaStream_t s);
 template <int MT>
-cudaError_t launch_mma_ring(const Problem& p, cudaStream_t s);
-template <int MT>
 const char* mma_rejects(const Problem& p);
+const char* small_grid_t16_rejects(const Problem& p);
 const char* aligned_x_rejects(const Problem& p);
 const char* wide_n_rejects(const Problem& p);
 const char* accepts_all(const Problem&) { return nullptr; }
@@ -46,27 +45,14 @@ constexpr GemvRow kRows[] = {
       "tensor-core mma, one 8-token tile, 2 windows in flight per warp: H200 full linear 1.57x the floor at "
       "M = 1 (geomean of 15 shapes, best peer 2.16x), time flat from M = 1 to 8 (gemv/NOTES.md)"},
      &mma_rejects<1>, &launch_mma<1, 2, true>},
+    {{"gemv_mma_t16_ks32", 16,
+      "t16's two 8-token tiles in one 32-warp block per SM, where the grid has <= 1 block per SM (N <= 16 x "
+      "SMs): twice the loads in flight; H200 2112x7168 at M = 16 7.39 us vs t16's 9.28 (gemv/NOTES.md)"},
+     &small_grid_t16_rejects, &launch_mma_ks32<2, 1>},
     {{"gemv_mma_t16", 16,
       "tensor-core mma, two 8-token tiles for M = 9..16, 1 window in flight (2 blocks per SM): H200 1.2-1.45x "
       "t8's time at M = 16, slower than DeepGEMM on 7 of 15 shapes there (gemv/NOTES.md)"},
      &mma_rejects<2>, &launch_mma<2, 1, false>},
-    // Candidates, not measured on a GPU yet: the rows above take every problem these accept, so
-    // selection by M never reaches them; tests and `bench_gemv --rows` force them (gemv/NOTES.md).
-    {{"gemv_mma_t8_ks32", 8,
-      "candidate (unmeasured; forced only): t8 with 32 warps per block (K split 32) so grids of <= 1 block "
-      "per SM (N <= 16 x SMs) get twice the loads in flight; ncu: t8 at 2112x7168 stalls on loads, 25% occupancy"},
-     &mma_rejects<1>, &launch_mma_ks32<1, 2>},
-    {{"gemv_mma_t8_ring", 8,
-      "candidate (unmeasured; forced only): t8 with the weight streamed through a cp.async shared-memory ring "
-      "(4 or 9 windows ahead per warp, no registers held): ~2x t8's weight bytes in flight per SM, continuously"},
-     &mma_rejects<1>, &launch_mma_ring<1>},
-    {{"gemv_mma_t16_ring", 16,
-      "candidate (unmeasured; forced only): t16 (two 8-token tiles) over the same cp.async weight ring, for t16's "
-      "1.2-1.45x over t8 at M = 16, where ncu shows the same load stalls"},
-     &mma_rejects<2>, &launch_mma_ring<2>},
-    {{"gemv_mma_t16_ks32", 16,
-      "candidate (unmeasured; forced only): t16 with 32 warps per block, for the same small grids at M = 9..16"},
-     &mma_rejects<2>, &launch_mma_ks32<2, 1>},
     {{"gemv_fma_r1_c4_u4", 1,
       "M = 1 without the mma preconditions: 4 columns x 4 loads in flight per lane took 8192x2048 from 2.3 to "
       "3.1 TB/s on H200 (seed 000 sec 5.4); needs N >= 4096 to fill the GPU"},
@@ -118,6 +104,15 @@ const char* mma_rejects(const Problem& p) {
   if (p.k % kWindow != 0) return "K must be a multiple of 64 (permuted 64-wide mma K windows)";
   if (p.k >= (int64_t(1) << 28)) return "K must be below 2^28 (32-bit offset between a lane's two weight rows)";
   return aligned_x_rejects(p);
+}
+
+// The 32-warp block pays off only while the 16-warp grid leaves SMs with one block or none; above
+// that, two 16-warp blocks per SM hold as many warps and t16 measured faster on every such shape.
+const char* small_grid_t16_rejects(const Problem& p) {
+  if (const char* why = mma_rejects<2>(p)) return why;
+  if ((p.n + kMmaCols - 1) / kMmaCols > p.sm_count)
+    return "N > 16 x SMs: more than one 16-column tile per SM, where t16's two 16-warp blocks per SM are faster";
+  return nullptr;
 }
 
 template <typename T>
@@ -182,41 +177,6 @@ cudaError_t launch_mma_ks32(const Problem& p, cudaStream_t s) {
   else
     mma_kernel_ks32<MT, U, __half><<<grid, 32 * 32, 0, s>>>(args<__half>(p));
   return cudaGetLastError();
-}
-
-// Ring depth per K split: 80 KB of ring + the reduction tile (at most 96 KB, t16 at K split 16)
-// stays under the 99 KB a block may opt into on SM86/89/120, so one launcher serves every arch;
-// on SM90 (227 KB) two blocks fit per SM. Weight in flight per warp: S - 1 windows of 1 KB.
-constexpr int kRingStagesKs16 = 5;
-constexpr int kRingStagesKs8 = 10;
-constexpr int kMaxOptinSmem = 99 * 1024;
-template <int KS, int MT, int S>
-constexpr int ring_block_smem() {
-  return ring_smem_bytes<KS, S>() + KS * MT * 4 * 32 * int(sizeof(float));
-}
-static_assert(ring_block_smem<16, 2, kRingStagesKs16>() <= kMaxOptinSmem, "ring too deep for SM89/120");
-static_assert(ring_block_smem<8, 2, kRingStagesKs8>() <= kMaxOptinSmem, "ring too deep for SM89/120");
-
-template <int KS, int MT, int S, typename T>
-cudaError_t launch_ring_t(const Problem& p, cudaStream_t s) {
-  constexpr int kSmem = ring_smem_bytes<KS, S>();
-  // Above 48 KB of dynamic shared memory a kernel must opt in; set on every launch (cheap, and
-  // right for whichever device is current).
-  const cudaError_t err =
-      cudaFuncSetAttribute(mma_ring_kernel<KS, MT, S, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (err != cudaSuccess) return err;
-  const unsigned grid = unsigned((p.n + kMmaCols - 1) / kMmaCols);
-  mma_ring_kernel<KS, MT, S, T><<<grid, 32 * KS, kSmem, s>>>(args<T>(p));
-  return cudaGetLastError();
-}
-
-template <int MT>
-cudaError_t launch_mma_ring(const Problem& p, cudaStream_t s) {
-  if (ksplit(p.n) == 8)
-    return p.bf16 ? launch_ring_t<8, MT, kRingStagesKs8, __nv_bfloat16>(p, s)
-                  : launch_ring_t<8, MT, kRingStagesKs8, __half>(p, s);
-  return p.bf16 ? launch_ring_t<16, MT, kRingStagesKs16, __nv_bfloat16>(p, s)
-                : launch_ring_t<16, MT, kRingStagesKs16, __half>(p, s);
 }
 
 }  // namespace

@@ -3,15 +3,15 @@
 //
 // Quantizer math (bit-exact with reference.quantize_per_token_group): for each token row and
 // each group of 128 K-values, scale = max(amax, 1e-10) / 448 (fp32), q = e4m3_satfinite_rn(x /
-// scale) with IEEE fp32 division (this file must not be built with fast-math).
+// scale) correctly rounded as by IEEE fp32 division (this file must not be built with fast-math).
 // Layouts: x [M, K] bf16/fp16 row-major (row stride x_stride, rows 16-byte aligned); q fp8 [M, K]
 // contiguous; scales M-major s[g * s_ld + m] (the layout the W8A8 GEMM's TMA reads; s_ld =
 // round_up(M, 4)).
 // Work split, every row: 16 lanes own one (token, group) pair, 8 values (one 16-byte load) per
 // group each; a 256-thread block covers 16 consecutive tokens, so its scale stores for one group
-// are one 64-byte run. quant_lane16: one group per block, one block per (token tile, group).
-// quant_lane16_rcp (candidate, forced only): the same kernel, RN(x / scale) as x * RN(1 / scale) plus
-// one FMA correction step; the IEEE division only where |x / scale| < 2^-6 (zeros included).
+// are one 64-byte run; one group per block, one block per (token tile, group). The quotient
+// RN(x / scale) is x * RN(1 / scale) plus one FMA correction step, the IEEE division only where
+// |x / scale| < 2^-6 (zeros included): bit-identical, and 4-14% faster than dividing (NOTES.md).
 // Arch: any SM80+ (plain loads; cvt to e4m3 is one instruction from SM89 on, the intrinsics fall
 // back to software on older archs). Unsupported: K % 128 != 0 (the wrapper rejects it).
 //
@@ -33,9 +33,6 @@ namespace {
 
 using Launcher = cudaError_t (*)(const TokenGroupProblem&, cudaStream_t);
 
-// How quant_lane16 (IEEE division) and quant_lane16_rcp (corrected reciprocal) form x / scale.
-enum class Quotient { kIeeeDivision, kCorrectedReciprocal };
-template <Quotient kQuotient>
 cudaError_t launch_lane16(const TokenGroupProblem& p, cudaStream_t stream);
 
 struct QuantRow {
@@ -43,19 +40,14 @@ struct QuantRow {
   Launcher launch;
 };
 
-// Ordered: the first row with max_m >= M that does not reject the problem wins. Every row takes
-// every valid problem, so a row after the unbounded one is reached only when forced.
+// Ordered: the first row with max_m >= M that does not reject the problem wins. One row: it takes
+// every valid problem (the dividing quant_lane16 it replaced was slower at every measured point).
 constexpr QuantRow kRows[] = {
-    {{"quant_lane16", kUnboundedM,
-      "one 16-byte load per lane, a (16 tokens x 1 group) block per grid cell: 63% of copy bandwidth "
-      "at M >= 1024 (geomean, 50-70%) and 1.89x vLLM's CUDA quantizer on H200 (quant/NOTES.md)"},
-     &launch_lane16<Quotient::kIeeeDivision>},
-    // Candidate, not measured on a GPU yet: row 0 takes every problem, so only tests and
-    // `bench_quant --rows` reach it (quant/NOTES.md).
     {{"quant_lane16_rcp", kUnboundedM,
-      "candidate (unmeasured; forced only): quant_lane16 with x * rcp(scale) and one FMA correction step, exact "
-      "(division only for |x / scale| < 2^-6): 154 vs 200 instructions per lane; predicted ~80% of copy at M >= 1024"},
-     &launch_lane16<Quotient::kCorrectedReciprocal>},
+      "one 16-byte load per lane, a (16 tokens x 1 group) block per grid cell, quotient by corrected "
+      "reciprocal: 71% of copy bandwidth at M >= 1024 (geomean) vs 62% dividing, 2.13x vLLM's CUDA "
+      "quantizer on H200 (quant/NOTES.md, 2026-11-30 x2 run)"},
+     &launch_lane16},
 };
 constexpr int kNumRows = int(sizeof(kRows) / sizeof(kRows[0]));
 static_assert(kRows[0].info.max_m == kUnboundedM, "row 0 takes every M: later rows stay forced-only");
@@ -66,9 +58,9 @@ constexpr int kTokensPerBlock = 16;      // 16 x 16 = 256 threads
 constexpr int kThreads = kLanesPerGroup * kTokensPerBlock;
 constexpr float kFp8Max = 448.0f;
 constexpr float kAmaxFloor = 1e-10f;
-// Both rows put 16-token tiles on grid.y (at most 65535), so larger M takes several launches.
+// 16-token tiles go on grid.y (at most 65535), so larger M takes several launches.
 constexpr int64_t kMaxTokensPerLaunch = int64_t(65535) * kTokensPerBlock;
-// quant_lane16_rcp: below this |x * RN(1 / scale)| the IEEE division (see corrected_quotient).
+// Below this |x * RN(1 / scale)| the IEEE division (see corrected_quotient).
 constexpr float kE4m3MinNormal = 0x1p-6f;
 
 // RN(x / scale) for a pair of values from r = RN(1 / scale), no division per value. Markstein: if y =
@@ -90,7 +82,7 @@ __device__ __forceinline__ float2 corrected_quotient(float x0, float x1, float s
   return make_float2(__fmaf_rn(__fmaf_rn(-p0, scale, x0), r, p0), __fmaf_rn(__fmaf_rn(-p1, scale, x1), r, p1));
 }
 
-template <typename T, Quotient kQuotient>
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
 per_token_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                        int64_t m, int64_t k, int64_t x_stride, int64_t s_ld) {
@@ -120,18 +112,11 @@ per_token_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* 
 
   const float scale = fmaxf(amax, kAmaxFloor) / kFp8Max;
   uint2 packed;
-  if constexpr (kQuotient == Quotient::kIeeeDivision) {
-    uint8_t* out = reinterpret_cast<uint8_t*>(&packed);
+  const float r = __frcp_rn(scale);  // one correctly rounded reciprocal per lane and group
+  __nv_fp8x2_storage_t* out = reinterpret_cast<__nv_fp8x2_storage_t*>(&packed);
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
-      out[i] = __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3);
-  } else {
-    const float r = __frcp_rn(scale);  // one correctly rounded reciprocal per lane and group
-    __nv_fp8x2_storage_t* out = reinterpret_cast<__nv_fp8x2_storage_t*>(&packed);
-#pragma unroll
-    for (int i = 0; i < 8; i += 2)  // .x goes to the low byte
-      out[i / 2] = __nv_cvt_float2_to_fp8x2(corrected_quotient(v[i], v[i + 1], scale, r), __NV_SATFINITE, __NV_E4M3);
-  }
+  for (int i = 0; i < 8; i += 2)  // .x goes to the low byte
+    out[i / 2] = __nv_cvt_float2_to_fp8x2(corrected_quotient(v[i], v[i + 1], scale, r), __NV_SATFINITE, __NV_E4M3);
   *reinterpret_cast<uint2*>(q + row * k + group * kGroup + lane * 8) = packed;
   if (lane == 0) s[group * s_ld + row] = scale;
 }
@@ -174,15 +159,15 @@ add_bias_kernel(T* __restrict__ out, const T* __restrict__ bias, int64_t m, int6
     out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % n]));
 }
 
-// Both quant rows: one (16 tokens x 1 group) block per grid cell, M split over launches.
-template <typename T, Quotient kQuotient>
+// One (16 tokens x 1 group) block per grid cell, M split over launches.
+template <typename T>
 cudaError_t launch_lane16_typed(const TokenGroupProblem& p, cudaStream_t stream) {
   const T* x = static_cast<const T*>(p.x);
   for (int64_t m0 = 0; m0 < p.m; m0 += kMaxTokensPerLaunch) {
     const int64_t rows = std::min(kMaxTokensPerLaunch, p.m - m0);
     const dim3 grid(static_cast<unsigned>(p.k / kGroup),
                     static_cast<unsigned>((rows + kTokensPerBlock - 1) / kTokensPerBlock));
-    per_token_group_kernel<T, kQuotient><<<grid, kThreads, 0, stream>>>(
+    per_token_group_kernel<T><<<grid, kThreads, 0, stream>>>(
         x + m0 * p.x_stride, p.q + m0 * p.k, p.s + m0, rows, p.k, p.x_stride, p.s_ld);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
@@ -190,10 +175,8 @@ cudaError_t launch_lane16_typed(const TokenGroupProblem& p, cudaStream_t stream)
   return cudaSuccess;
 }
 
-template <Quotient kQuotient>
 cudaError_t launch_lane16(const TokenGroupProblem& p, cudaStream_t stream) {
-  return p.bf16 ? launch_lane16_typed<__nv_bfloat16, kQuotient>(p, stream)
-                : launch_lane16_typed<__half, kQuotient>(p, stream);
+  return p.bf16 ? launch_lane16_typed<__nv_bfloat16>(p, stream) : launch_lane16_typed<__half>(p, stream);
 }
 
 }  // namespace
