@@ -66,3 +66,76 @@ def test_full_prefill_case_captures_few_graph_sizes_for_every_variant_and_mixed_
     mixed = {s for name, s in sizes if "-mixed-" in name}
     assert prefill == {tuple(run_serving.LATENCY_CC["cudagraph_capture_sizes"])}
     assert mixed == {()}
+
+
+def _write_trace(path, kernels):
+    import gzip
+
+    events = [{"ph": "X", "cat": "kernel", "name": n, "dur": d, "ts": i} for i, (n, d) in enumerate(kernels)]
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 1e6, "ts": 0})  # host: ignored
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+
+
+def test_kernel_profile_sums_gpu_kernels_by_category_per_token_per_layer(tmp_path):
+    from benchmarks.serving import kernel_profile as kp
+
+    _write_trace(tmp_path / "rank0.pt.trace.json.gz", [
+        ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<X>>(Params)", 300.0),
+        ("void blockfp8::quant::(anonymous namespace)::per_token_group_kernel<__nv_bfloat16>(...)", 40.0),
+        ("void vllm::rms_norm_per_block_quant_kernel<c10::BFloat16>(...)", 20.0),
+        ("void deep_gemm::sm90_fp8_gemm_1d2d_impl<128>(...)", 200.0),
+        ("kernel_unified_attention_2d", 100.0),
+        ("triton_red_fused_add_mean_mul_pow_rsqrt_0", 30.0),
+        ("void blockfp8::gemv::mma_kernel<16, 1, 2, __nv_bfloat16>(Args)", 10.0),
+    ])
+    s = kp.summarize(tmp_path, tokens=10, layers=2)
+    cats = {r["category"]: r for r in s["categories"]}
+    assert s["kernel_us"] == 700.0 and s["unit"] == "us per token per layer"
+    assert cats["gemm: CUTLASS (blockfp8 W8A8)"]["us"] == 300.0
+    assert cats["gemm: DeepGEMM"]["us"] == 200.0
+    assert cats["quant: activation"]["us"] == 40.0
+    assert cats["norm+quant (fused)"]["us"] == 20.0
+    assert cats["gemv: blockfp8"]["us"] == 10.0
+    assert cats["attention"]["per"] == 100.0 / 20
+    assert cats["other"]["us"] == 30.0
+    assert [k["us"] for k in s["top_kernels"]] == sorted((k["us"] for k in s["top_kernels"]), reverse=True)
+    assert "| gemm: DeepGEMM | 200 |" in kp.markdown(s)
+
+
+def test_profile_stage_runs_prefill_under_the_torch_profiler_and_records_the_breakdown(tmp_path, monkeypatch):
+    from benchmarks.serving import report_serving
+
+    calls = []
+    bench = _bench(tmp_path, monkeypatch, calls, quick=False)
+    (tmp_path / "fp8").mkdir()
+    (tmp_path / "fp8" / "config.json").write_text(json.dumps({"num_hidden_layers": 4}))
+
+    def fake_run(name, cmd, cap, env=None):
+        calls.append((name, dict(env or {}), list(cmd)))
+        trace_dir = json.loads(cmd[cmd.index("--profiler-config") + 1])["torch_profiler_dir"]
+        _write_trace(run_serving.Path(trace_dir) / "w0.json.gz", [("deep_gemm_x", 64.0), ("nvjet_y", 32.0)])
+        return 0, 1.0, tmp_path / f"{name}.log"
+
+    monkeypatch.setattr(bench, "run", fake_run)
+    bench.profile("vllm-fp8-block")
+    [(name, env, cmd)] = calls
+    assert "--profile" in cmd and env["VLLM_DEEP_GEMM_WARMUP"] == "skip"
+    cfg = json.loads(cmd[cmd.index("--profiler-config") + 1])
+    assert cfg["profiler"] == "torch" and run_serving.Path(cfg["torch_profiler_dir"]).is_absolute()
+    [row] = bench.runs
+    tokens = run_serving.FULL["profile_prompts"] * run_serving.FULL["prefill"][0]
+    assert row["status"] == "ok" and row["layers"] == 4 and row["tokens"] == tokens
+    assert row["categories"]["gemm: DeepGEMM"] == 64.0 / (tokens * 4)
+    table = "\n".join(report_serving.tables(bench.runs).values())
+    assert "gemm: DeepGEMM" in table and "vllm-fp8-block" in table
+
+
+def test_profile_stage_without_a_trace_fails_the_row(tmp_path, monkeypatch):
+    calls = []
+    bench = _bench(tmp_path, monkeypatch, calls, quick=False)
+    monkeypatch.setattr(bench, "run", lambda name, cmd, cap, env=None: (0, 1.0, tmp_path / "x.log"))
+    bench.profile("blockfp8")
+    [row] = bench.runs
+    assert row["status"] == "failed" and "no trace" in row["note"]

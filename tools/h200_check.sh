@@ -13,6 +13,7 @@
 #                    GEMM_SHAPES picks the shapes (default benchmark_set; e.g. seeds)
 #   racecheck_gemm   racecheck once per GEMM row and case (ties a hazard report to one launch)
 #   bench_gemm_order GEMM only at M = 2048..8192 under each BLOCKFP8_SM90_RASTER:SWIZZLE in GEMM_ORDERS
+#   tests_gemm_order the GPU GEMM tests under each non-default setting of GEMM_ORDERS (ragged tile grids)
 #   ncu          Nsight Compute sections for the launches in NCU_SPECS (tools/ncu_rows.py specs)
 #   demo         python -m vllm_blockfp8 demo (needs the offline vLLM bundle unpacked and sourced)
 #   quick, memcheck                                                          short variants
@@ -96,6 +97,11 @@ for s in "$@"; do
           BLOCKFP8_SM90_SWIZZLE=${o#*:} python3 -m benchmarks.bench_gemm --ops gemm --m 2048,4096,8192 \
           --shapes qwen3_8b,dsv3.7168x16384 --peers none --plot /dev/null \
           --json benchmarks/results/bench_gemm_order_${o%:*}_${o#*:}.json | grep -E "^geomean|^    ours"; done' ;;
+    tests_gemm_order)  # the tile order is read once per process: one pytest run per setting
+      stage tests_gemm_order 240 bash -c 'set -o pipefail; rc=0; for o in ${GEMM_ORDERS:-along_m:8 along_n:8}; do
+        [ "$o" = heuristic:1 ] && continue; echo "== BLOCKFP8_SM90_RASTER=${o%:*} BLOCKFP8_SM90_SWIZZLE=${o#*:}"
+        BLOCKFP8_SM90_RASTER=${o%:*} BLOCKFP8_SM90_SWIZZLE=${o#*:} python3 -m pytest -q -p no:cacheprovider \
+          --maxfail=10 tests/test_gemm.py 2>&1 | tail -n 3 || rc=1; done; exit $rc' ;;
     racecheck_gemm)  # one process per GEMM row and case, so each hazard report names its launch
       stage racecheck_gemm 150 bash -c 'for r in $(python3 -c "from vllm_blockfp8 import ops; print(\" \".join(x[\"name\"] for x in ops.tile_table(\"gemm\")))"); do
         for c in 0 1; do echo "== racecheck gemm:$r case $c"; compute-sanitizer --tool racecheck --print-limit 2 python3 tools/sanitize_rows.py gemm:$r --case $c 2>&1 | grep -E "^gemm|hazard|Race|SUMMARY|==   *and"; done; done' ;;

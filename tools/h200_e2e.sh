@@ -20,6 +20,8 @@
 #   latency        480  benchmarks/serving/run_serving.py --stages latency
 #   throughput     480  ... --stages throughput
 #   serve_sweep    480  ... --stages serve (concurrency 1, 4, 16, 64)
+#   profile        480  ... --stages profile: prefill under vLLM's torch profiler, GPU kernel time
+#                       per token per layer by category (kernel_profile.py), per variant
 #   serving_quick  420  all three serving stages, --quick, on the 4-layer model
 #   loadtest       LOADTEST_MIN*60+240  run_serving.py --loadtest (exit 1 on any failed request)
 #
@@ -226,6 +228,9 @@ for stage in "$@"; do
         "${QFLAG[@]}" ;;
     serve_sweep)
       need_q3 "$Q3" "$LAYERS" && serving serve_sweep "$(cap serve_sweep 480)" "$Q3" --stages serve \
+        --variants "$VARIANTS" "${QFLAG[@]}" ;;
+    profile)
+      need_q3 "$Q3" "$LAYERS" && serving profile "$(cap profile 480)" "$Q3" --stages profile \
         --variants "$VARIANTS" "${QFLAG[@]}" ;;
     serving_quick)
       need_q3 "$Q3S" 4 && serving serving_quick "$(cap serving_quick 420)" "$Q3S" \

@@ -40,6 +40,7 @@ def tables(runs: list[dict]) -> dict[str, str]:
     thr = [dict(r) for r in runs if r["stage"] == "throughput"]
     srv = [dict(r) for r in runs if r["stage"] == "serve"]
     lt = [dict(r) for r in runs if r["stage"].startswith("loadtest")]
+    prof = [dict(r) for r in runs if r["stage"] == "profile"]
     _ratios(lat, "decode_tok_s")
     _ratios(thr, "tok_s")
     _ratios(srv, "output_throughput")
@@ -65,6 +66,18 @@ def tables(runs: list[dict]) -> dict[str, str]:
             ("round", "case"), ("variant", "variant"), ("completed", "completed"),
             ("failed", "failed"), ("out tok/s", "output_throughput"),
             ("TPOT p99 ms", "p99_tpot_ms"), ("alive", "server_alive"), ("status", "status")])
+    if prof:
+        # One row per variant, one column per kernel category (GPU time per token per layer).
+        cats = sorted({c for r in prof for c in r.get("categories") or {}},
+                      key=lambda c: -max(r.get("categories", {}).get(c, 0.0) for r in prof))
+        for r in prof:
+            r.update({f"cat:{c}": (r.get("categories") or {}).get(c) for c in cats})
+            if r.get("categories"):
+                r["sum"] = sum(r["categories"].values())
+        unit = next((r["unit"] for r in prof if r.get("unit")), "")
+        out[f"Prefill kernel time by category ({unit}; vllm bench throughput --profile)"] = _table(
+            prof, [("variant", "variant"), ("sum", "sum")] + [(c, f"cat:{c}") for c in cats]
+            + [("status", "status")])
     return out
 
 

@@ -8,6 +8,9 @@ bench ...``), run once per variant with identical engine arguments:
   ``mixed`` (input 512, output 256).
 * ``serve``: ``vllm serve`` on 127.0.0.1, then ``bench serve`` (random data, input 512, output
   128) at max concurrency 1, 4, 16, 64.
+* ``profile``: ``bench throughput`` on the prefill case with fewer prompts under vLLM's torch
+  profiler, then GPU kernel time by category per token per layer (kernel_profile.py): where each
+  engine spends a prefill step, side by side.
 * ``--loadtest``: one variant served at high concurrency for N minutes, in rounds of ``bench
   serve``; exits 1 unless every request succeeded and the server is alive and healthy at the end.
 
@@ -40,15 +43,22 @@ import sys
 import time
 from pathlib import Path
 
+if __package__:  # imported as benchmarks.serving.run_serving (the tests)
+    from .kernel_profile import markdown as profile_markdown, summarize as profile_summary
+else:  # run as a script: its own folder is on sys.path
+    from kernel_profile import markdown as profile_markdown, summarize as profile_summary
+
 VLLM = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 ALIASES = {"fp8": "vllm-fp8-block", "none": "bf16"}
 # variant -> (checkpoint, --quantization value or None)
 VARIANTS = {"blockfp8": ("fp8block", "blockfp8"), "vllm-fp8-block": ("fp8block", None),
             "vllm-fp8-dyn": ("bf16", "fp8"), "bf16": ("bf16", None)}
 FULL = dict(lat_iters=(3, 10), prefill=(1024, 1, 512), mixed=(512, 256, 256),
-            serve_len=(512, 128), prompts_per_conc=8, max_num_seqs=128, server_wait=420)
+            serve_len=(512, 128), prompts_per_conc=8, max_num_seqs=128, server_wait=420,
+            profile_prompts=48)
 QUICK = dict(lat_iters=(1, 3), prefill=(1024, 1, 128), mixed=(512, 128, 64),
-             serve_len=(512, 64), prompts_per_conc=3, max_num_seqs=64, server_wait=240)
+             serve_len=(512, 64), prompts_per_conc=3, max_num_seqs=64, server_wait=240,
+             profile_prompts=16)
 # Every engine logs the kernel row that serves each blockfp8 layer shape, once per shape (other
 # variants never reach our ops, so the switch changes nothing there).
 ENGINE_ENV = {"BLOCKFP8_LOG_ROWS": os.environ.get("BLOCKFP8_LOG_ROWS", "1")}
@@ -185,6 +195,35 @@ class Bench:
                            req_s=r["requests_per_second"], input_tok_s=n * il / el,
                            output_tok_s=n * ol / el)
             self.record(**row)
+
+    def profile(self, v: str) -> None:
+        """Prefill under the torch profiler (kernels only, no stacks), summarized per layer."""
+        model, eargs = self.engine_args(v)
+        il, ol, _ = self.p["prefill"]
+        n = self.p["profile_prompts"]
+        trace_dir = (self.a.out / f"prof-{v}").resolve()  # vLLM wants an absolute path
+        cfg = {"profiler": "torch", "torch_profiler_dir": str(trace_dir),
+               "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True,
+               "torch_profiler_dump_cuda_time_total": False}
+        cc = [] if self.a.quick else ["-cc", json.dumps(LATENCY_CC)]
+        cmd = [*VLLM, "bench", "throughput", "--model", model, *eargs, *cc,
+               "--dataset-name", "random", "--random-input-len", str(il),
+               "--random-output-len", str(ol), "--num-prompts", str(n), "--profile",
+               "--profiler-config", json.dumps(cfg)]
+        env = {"VLLM_DEEP_GEMM_WARMUP": os.environ.get("VLLM_DEEP_GEMM_WARMUP", "skip")}
+        rc, secs, log = self.run(f"profile-{v}", cmd, self.a.stage_cap_s, env)
+        row = dict(stage="profile", variant=v, case="prefill", rc=rc, seconds=secs, log=log,
+                   cmd=cmd, env=env, prompts=n, tokens=n * il)
+        if rc == 0:
+            s = profile_summary(trace_dir, tokens=n * il, layers=model_layers(model))
+            if s["trace_files"]:
+                (self.a.out / f"profile-{v}.json").write_text(json.dumps(s, indent=2))
+                (self.a.out / f"profile-{v}.md").write_text(profile_markdown(s) + "\n")
+                row.update(kernel_us=s["kernel_us"], layers=s["layers"], unit=s["unit"],
+                           categories={c["category"]: c["per"] for c in s["categories"]})
+            else:
+                row.update(rc=1, note=f"no trace under {trace_dir}")
+        self.record(**row)
 
     def start_server(self, v: str, tag: str):
         model, eargs = self.engine_args(v)
@@ -351,6 +390,14 @@ def stop(proc) -> None:
             proc.wait()
 
 
+def model_layers(model: str) -> int | None:
+    """num_hidden_layers from the checkpoint's config.json (None when it cannot be read)."""
+    try:
+        return int(json.loads((Path(model) / "config.json").read_text())["num_hidden_layers"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def free_port(preferred: int) -> int:
     for port in (preferred, 0):
         with socket.socket() as s:
@@ -406,7 +453,7 @@ def main() -> int:
     a.throughput_cases = a.throughput_cases or ("prefill" if a.quick else "prefill,mixed")
     variants = [ALIASES.get(v, v) for v in a.variants.split(",") if v]
     bad = [v for v in variants if v not in VARIANTS] + [
-        s for s in a.stages.split(",") if s not in ("latency", "throughput", "serve")] + [
+        s for s in a.stages.split(",") if s not in ("latency", "throughput", "serve", "profile")] + [
         c for c in a.throughput_cases.split(",") if c not in ("prefill", "mixed")]
     if bad:
         ap.error(f"unknown variant or stage: {bad}")
