@@ -105,9 +105,11 @@ for s in "$@"; do
     racecheck_gemm)  # one process per GEMM row and case, so each hazard report names its launch
       stage racecheck_gemm 150 bash -c 'for r in $(python3 -c "from vllm_blockfp8 import ops; print(\" \".join(x[\"name\"] for x in ops.tile_table(\"gemm\")))"); do
         for c in 0 1; do echo "== racecheck gemm:$r case $c"; compute-sanitizer --tool racecheck --print-limit 2 python3 tools/sanitize_rows.py gemm:$r --case $c 2>&1 | grep -E "^gemm|hazard|Race|SUMMARY|==   *and"; done; done' ;;
-    ncu) stage ncu 200 ncu --kernel-name "regex:mma_kernel|per_token_group|device_kernel" --clock-control none \
+    ncu) # NCU_SECTIONS adds sections, e.g. "MemoryWorkloadAnalysis_Chart MemoryWorkloadAnalysis_Tables" (DRAM detail)
+      stage ncu 200 ncu --kernel-name "regex:mma_kernel|per_token_group|device_kernel" --clock-control none \
            --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-           --section Occupancy --section LaunchStats python3 tools/ncu_rows.py ${NCU_SPECS:-gemv:gemv_mma_t8:1x2112x7168} ;;
+           --section Occupancy --section LaunchStats $(for x in ${NCU_SECTIONS:-}; do printf -- '--section %s ' "$x"; done) \
+           python3 tools/ncu_rows.py ${NCU_SPECS:-gemv:gemv_mma_t8:1x2112x7168} ;;
     bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none \
                        --json benchmarks/results/bench_gemm_rows.json --plot benchmarks/results/bench_gemm_rows.png ;;
     bench_crossover) stage bench_crossover 200 python3 -m benchmarks.bench_gemv --m 8,16,24,32,48,64 \
