@@ -167,19 +167,24 @@ class Bench:
                        decode_tok_s=128 / r["avg_latency"])
         self.record(**row)
 
+    def throughput_cmd(self, model: str, eargs: list[str], case: str, prompts: int,
+                       extra: list[str]) -> list[str]:
+        """`vllm bench throughput` on random data of one case's lengths."""
+        il, ol, _ = self.p[case]
+        # Prefill steps batch thousands of tokens, past every CUDA graph: a few graph sizes time
+        # the same work and spare each engine its capture (and vLLM fp8 its DeepGEMM JIT of every
+        # capture size), the same for every variant.
+        cc = ["-cc", json.dumps(LATENCY_CC)] if case == "prefill" and not self.a.quick else []
+        return [*VLLM, "bench", "throughput", "--model", model, *eargs, *cc, "--dataset-name",
+                "random", "--random-input-len", str(il), "--random-output-len", str(ol),
+                "--num-prompts", str(prompts), *extra]
+
     def throughput(self, v: str) -> None:
         model, eargs = self.engine_args(v)
         for case in self.a.throughput_cases.split(","):
             il, ol, n = self.p[case]
             js = self.a.out / f"throughput-{case}-{v}.json"
-            # Prefill steps batch thousands of tokens, past every CUDA graph: a few graph sizes
-            # time the same work and spare each engine its capture (and vLLM fp8 its DeepGEMM JIT
-            # of every capture size), the same for every variant.
-            cc = ["-cc", json.dumps(LATENCY_CC)] if case == "prefill" and not self.a.quick else []
-            cmd = [*VLLM, "bench", "throughput", "--model", model, *eargs, *cc,
-                   "--dataset-name", "random", "--random-input-len", str(il),
-                   "--random-output-len", str(ol), "--num-prompts", str(n),
-                   "--output-json", str(js)]
+            cmd = self.throughput_cmd(model, eargs, case, n, ["--output-json", str(js)])
             env = {"VLLM_DEEP_GEMM_WARMUP": os.environ.get("VLLM_DEEP_GEMM_WARMUP", "skip")}
             warm = None
             if v in JIT_WARMUP_VARIANTS and env["VLLM_DEEP_GEMM_WARMUP"] == "skip":
@@ -199,23 +204,20 @@ class Bench:
     def profile(self, v: str) -> None:
         """Prefill under the torch profiler (kernels only, no stacks), summarized per layer."""
         model, eargs = self.engine_args(v)
-        il, ol, _ = self.p["prefill"]
         n = self.p["profile_prompts"]
         trace_dir = (self.a.out / f"prof-{v}").resolve()  # vLLM wants an absolute path
         cfg = {"profiler": "torch", "torch_profiler_dir": str(trace_dir),
                "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True,
                "torch_profiler_dump_cuda_time_total": False}
-        cc = [] if self.a.quick else ["-cc", json.dumps(LATENCY_CC)]
-        cmd = [*VLLM, "bench", "throughput", "--model", model, *eargs, *cc,
-               "--dataset-name", "random", "--random-input-len", str(il),
-               "--random-output-len", str(ol), "--num-prompts", str(n), "--profile",
-               "--profiler-config", json.dumps(cfg)]
+        cmd = self.throughput_cmd(model, eargs, "prefill", n,
+                                  ["--profile", "--profiler-config", json.dumps(cfg)])
+        tokens = n * self.p["prefill"][0]
         env = {"VLLM_DEEP_GEMM_WARMUP": os.environ.get("VLLM_DEEP_GEMM_WARMUP", "skip")}
         rc, secs, log = self.run(f"profile-{v}", cmd, self.a.stage_cap_s, env)
         row = dict(stage="profile", variant=v, case="prefill", rc=rc, seconds=secs, log=log,
-                   cmd=cmd, env=env, prompts=n, tokens=n * il)
+                   cmd=cmd, env=env, prompts=n, tokens=tokens)
         if rc == 0:
-            s = profile_summary(trace_dir, tokens=n * il, layers=model_layers(model))
+            s = profile_summary(trace_dir, tokens=tokens, layers=model_layers(model))
             if s["trace_files"]:
                 (self.a.out / f"profile-{v}.json").write_text(json.dumps(s, indent=2))
                 (self.a.out / f"profile-{v}.md").write_text(profile_markdown(s) + "\n")
