@@ -30,7 +30,7 @@ struct Problem {
   int64_t m = 0, n = 0, k = 0;
   int64_t x_stride = 0, out_stride = 0;  // in elements
   bool bf16 = true;                      // false: fp16 (x and out)
-  int sm_count = 0;                      // multiprocessors of the device; only the residency pin reads it
+  int sm_count = 0;                      // multiprocessors (residency pin, gemv_mma_t16_ks32 precondition)
 };
 
 // Rows of the table in selection order (data at the top of sm80.cu; the last one is unbounded).
