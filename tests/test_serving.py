@@ -10,12 +10,13 @@ import pytest
 from benchmarks.serving import run_serving
 
 
-def _bench(tmp_path, monkeypatch, calls, quick=True, cases="prefill"):
+def _bench(tmp_path, monkeypatch, calls, quick=True, cases="prefill", profile_cases="prefill,decode"):
     monkeypatch.setattr(run_serving, "gpu_name", lambda: "test")
     monkeypatch.delenv("VLLM_DEEP_GEMM_WARMUP", raising=False)
     args = argparse.Namespace(fp8block=tmp_path / "fp8", bf16=tmp_path / "bf16", out=tmp_path / "out",
                               quick=quick, compile=False, gpu_mem=0.8, attention_backend="TRITON_ATTN",
-                              budget_s=0, stage_cap_s=100, throughput_cases=cases)
+                              budget_s=0, stage_cap_s=100, throughput_cases=cases,
+                              profile_cases=profile_cases)
     bench = run_serving.Bench(args)
 
     def fake_run(name, cmd, cap, env=None):
@@ -104,7 +105,8 @@ def test_kernel_profile_sums_gpu_kernels_by_category_per_token_per_layer(tmp_pat
     assert "| gemm: DeepGEMM | 200 |" in kp.markdown(s)
 
 
-def test_profile_stage_runs_prefill_under_the_torch_profiler_and_records_the_breakdown(tmp_path, monkeypatch):
+def test_profile_stage_runs_prefill_and_decode_under_the_torch_profiler_and_records_the_breakdown(
+        tmp_path, monkeypatch):
     from benchmarks.serving import report_serving
 
     calls = []
@@ -120,21 +122,31 @@ def test_profile_stage_runs_prefill_under_the_torch_profiler_and_records_the_bre
 
     monkeypatch.setattr(bench, "run", fake_run)
     bench.profile("vllm-fp8-block")
-    [(name, env, cmd)] = calls
-    assert "--profile" in cmd and env["VLLM_DEEP_GEMM_WARMUP"] == "skip"
-    cfg = json.loads(cmd[cmd.index("--profiler-config") + 1])
-    assert cfg["profiler"] == "torch" and run_serving.Path(cfg["torch_profiler_dir"]).is_absolute()
-    [row] = bench.runs
+    assert [c[0] for c in calls] == ["profile-prefill-vllm-fp8-block", "profile-decode-vllm-fp8-block"]
+    dirs = set()
+    for name, env, cmd in calls:
+        assert "--profile" in cmd and env["VLLM_DEEP_GEMM_WARMUP"] == "skip"
+        cfg = json.loads(cmd[cmd.index("--profiler-config") + 1])
+        assert cfg["profiler"] == "torch" and run_serving.Path(cfg["torch_profiler_dir"]).is_absolute()
+        dirs.add(cfg["torch_profiler_dir"])
+    assert len(dirs) == 2, "each case needs its own trace directory"
+    prefill_cmd, decode_cmd = calls[0][2], calls[1][2]
+    assert "throughput" in prefill_cmd and "latency" in decode_cmd
+    assert decode_cmd[decode_cmd.index("--input-len") + 1] == "8"
+    assert decode_cmd[decode_cmd.index("--output-len") + 1] == str(run_serving.DECODE_TOKENS)
+    prefill, decode = bench.runs
     tokens = run_serving.FULL["profile_prompts"] * run_serving.FULL["prefill"][0]
-    assert row["status"] == "ok" and row["layers"] == 4 and row["tokens"] == tokens
-    assert row["categories"]["gemm: DeepGEMM"] == 64.0 / (tokens * 4)
+    assert prefill["status"] == "ok" and prefill["layers"] == 4 and prefill["tokens"] == tokens
+    assert prefill["categories"]["gemm: DeepGEMM"] == 64.0 / (tokens * 4)
+    assert decode["tokens"] == run_serving.DECODE_TOKENS
+    assert decode["categories"]["gemm: cuBLAS"] == 32.0 / (run_serving.DECODE_TOKENS * 4)
     table = "\n".join(report_serving.tables(bench.runs).values())
-    assert "gemm: DeepGEMM" in table and "vllm-fp8-block" in table
+    assert "gemm: DeepGEMM" in table and "decode" in table
 
 
 def test_profile_stage_without_a_trace_fails_the_row(tmp_path, monkeypatch):
     calls = []
-    bench = _bench(tmp_path, monkeypatch, calls, quick=False)
+    bench = _bench(tmp_path, monkeypatch, calls, quick=False, profile_cases="prefill")
     monkeypatch.setattr(bench, "run", lambda name, cmd, cap, env=None: (0, 1.0, tmp_path / "x.log"))
     bench.profile("blockfp8")
     [row] = bench.runs

@@ -20,7 +20,7 @@
 #   latency        480  benchmarks/serving/run_serving.py --stages latency
 #   throughput     480  ... --stages throughput
 #   serve_sweep    480  ... --stages serve (concurrency 1, 4, 16, 64)
-#   profile        480  ... --stages profile: prefill under vLLM's torch profiler, GPU kernel time
+#   profile        480  ... --stages profile: prefill and batch-1 decode under vLLM's torch profiler, GPU kernel time
 #                       per token per layer by category (kernel_profile.py), per variant
 #   serving_quick  420  all three serving stages, --quick, on the 4-layer model
 #   loadtest       LOADTEST_MIN*60+240  run_serving.py --loadtest (exit 1 on any failed request)

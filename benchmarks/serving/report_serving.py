@@ -75,9 +75,9 @@ def tables(runs: list[dict]) -> dict[str, str]:
             if r.get("categories"):
                 r["sum"] = sum(r["categories"].values())
         unit = next((r["unit"] for r in prof if r.get("unit")), "")
-        out[f"Prefill kernel time by category ({unit}; vllm bench throughput --profile)"] = _table(
-            prof, [("variant", "variant"), ("sum", "sum")] + [(c, f"cat:{c}") for c in cats]
-            + [("status", "status")])
+        out[f"GPU kernel time by category ({unit}; vllm bench --profile)"] = _table(
+            prof, [("case", "case"), ("variant", "variant"), ("sum", "sum")]
+            + [(c, f"cat:{c}") for c in cats] + [("status", "status")])
     return out
 
 

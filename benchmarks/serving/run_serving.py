@@ -8,9 +8,9 @@ bench ...``), run once per variant with identical engine arguments:
   ``mixed`` (input 512, output 256).
 * ``serve``: ``vllm serve`` on 127.0.0.1, then ``bench serve`` (random data, input 512, output
   128) at max concurrency 1, 4, 16, 64.
-* ``profile``: ``bench throughput`` on the prefill case with fewer prompts under vLLM's torch
-  profiler, then GPU kernel time by category per token per layer (kernel_profile.py): where each
-  engine spends a prefill step, side by side.
+* ``profile``: the prefill case (``bench throughput``, fewer prompts) and a batch-1 decode
+  (``bench latency``, 8-token prompt, 128 tokens) under vLLM's torch profiler, then GPU kernel
+  time by category per token per layer (kernel_profile.py): where each engine spends its time.
 * ``--loadtest``: one variant served at high concurrency for N minutes, in rounds of ``bench
   serve``; exits 1 unless every request succeeded and the server is alive and healthy at the end.
 
@@ -72,6 +72,7 @@ ENGINE_ENV = {"BLOCKFP8_LOG_ROWS": os.environ.get("BLOCKFP8_LOG_ROWS", "1")}
 # kernel it needs in the on-disk JIT cache and times what a warmed-up server would do.
 JIT_WARMUP_VARIANTS = {"vllm-fp8-block"}
 LATENCY_CC = {"cudagraph_capture_sizes": [1, 2, 4, 8]}
+DECODE_TOKENS = 128  # output tokens of every batch-1 latency run
 FAST_START_CC = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
                  "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64]}
 
@@ -148,15 +149,19 @@ class Bench:
                                                             indent=2, default=str))
 
     # -- stages ---------------------------------------------------------------------------------
+    def latency_cmd(self, model: str, eargs: list[str], input_len: int, warm: int, iters: int,
+                    extra: list[str]) -> list[str]:
+        """`vllm bench latency`, batch 1, 128 output tokens, the latency stage's graph sizes."""
+        cc = [] if self.a.quick else ["-cc", json.dumps(LATENCY_CC)]
+        return [*VLLM, "bench", "latency", "--model", model, *eargs, *cc, "--batch-size", "1",
+                "--input-len", str(input_len), "--output-len", str(DECODE_TOKENS),
+                "--num-iters-warmup", str(warm), "--num-iters", str(iters), *extra]
+
     def latency(self, v: str) -> None:
         model, eargs = self.engine_args(v)
         js = self.a.out / f"latency-{v}.json"
         warm, iters = self.p["lat_iters"]
-        if not self.a.quick:
-            eargs += ["-cc", json.dumps(LATENCY_CC)]
-        cmd = [*VLLM, "bench", "latency", "--model", model, *eargs, "--batch-size", "1",
-               "--input-len", "128", "--output-len", "128", "--num-iters-warmup", str(warm),
-               "--num-iters", str(iters), "--output-json", str(js)]
+        cmd = self.latency_cmd(model, eargs, 128, warm, iters, ["--output-json", str(js)])
         env = {"VLLM_DEEP_GEMM_WARMUP": os.environ.get("VLLM_DEEP_GEMM_WARMUP", "skip")}
         rc, secs, log = self.run(f"latency-{v}", cmd, self.a.stage_cap_s, env)
         row = dict(stage="latency", variant=v, case="b1", rc=rc, seconds=secs, log=log, cmd=cmd,
@@ -164,7 +169,7 @@ class Bench:
         if rc == 0:
             r = json.loads(js.read_text())
             row.update(avg_latency_s=r["avg_latency"], p50_latency_s=r["percentiles"]["50"],
-                       decode_tok_s=128 / r["avg_latency"])
+                       decode_tok_s=DECODE_TOKENS / r["avg_latency"])
         self.record(**row)
 
     def throughput_cmd(self, model: str, eargs: list[str], case: str, prompts: int,
@@ -202,30 +207,37 @@ class Bench:
             self.record(**row)
 
     def profile(self, v: str) -> None:
-        """Prefill under the torch profiler (kernels only, no stacks), summarized per layer."""
+        """Each case of --profile-cases under the torch profiler (kernels only, no stacks),
+        summarized per token per layer: ``prefill`` is the throughput stage's prefill case with
+        fewer prompts; ``decode`` one batch-1 generation of 128 tokens after an 8-token prompt (so
+        the prefill's kernels are a small part), with the latency stage's graph sizes."""
         model, eargs = self.engine_args(v)
-        n = self.p["profile_prompts"]
-        trace_dir = (self.a.out / f"prof-{v}").resolve()  # vLLM wants an absolute path
-        cfg = {"profiler": "torch", "torch_profiler_dir": str(trace_dir),
-               "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True,
-               "torch_profiler_dump_cuda_time_total": False}
-        cmd = self.throughput_cmd(model, eargs, "prefill", n,
-                                  ["--profile", "--profiler-config", json.dumps(cfg)])
-        tokens = n * self.p["prefill"][0]
         env = {"VLLM_DEEP_GEMM_WARMUP": os.environ.get("VLLM_DEEP_GEMM_WARMUP", "skip")}
-        rc, secs, log = self.run(f"profile-{v}", cmd, self.a.stage_cap_s, env)
-        row = dict(stage="profile", variant=v, case="prefill", rc=rc, seconds=secs, log=log,
-                   cmd=cmd, env=env, prompts=n, tokens=tokens)
-        if rc == 0:
-            s = profile_summary(trace_dir, tokens=tokens, layers=model_layers(model))
-            if s["trace_files"]:
-                (self.a.out / f"profile-{v}.json").write_text(json.dumps(s, indent=2))
-                (self.a.out / f"profile-{v}.md").write_text(profile_markdown(s) + "\n")
-                row.update(kernel_us=s["kernel_us"], layers=s["layers"], unit=s["unit"],
-                           categories={c["category"]: c["per"] for c in s["categories"]})
+        for case in self.a.profile_cases.split(","):
+            name = f"profile-{case}-{v}"
+            trace_dir = (self.a.out / f"prof-{case}-{v}").resolve()  # vLLM wants an absolute path
+            cfg = ["--profile", "--profiler-config", json.dumps({
+                "profiler": "torch", "torch_profiler_dir": str(trace_dir),
+                "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True,
+                "torch_profiler_dump_cuda_time_total": False})]
+            if case == "prefill":
+                n = self.p["profile_prompts"]
+                cmd, tokens = self.throughput_cmd(model, eargs, "prefill", n, cfg), n * self.p["prefill"][0]
             else:
-                row.update(rc=1, note=f"no trace under {trace_dir}")
-        self.record(**row)
+                cmd, tokens = self.latency_cmd(model, eargs, 8, 1, 1, cfg), DECODE_TOKENS
+            rc, secs, log = self.run(name, cmd, self.a.stage_cap_s, env)
+            row = dict(stage="profile", variant=v, case=case, rc=rc, seconds=secs, log=log, cmd=cmd,
+                       env=env, tokens=tokens)
+            if rc == 0:
+                s = profile_summary(trace_dir, tokens=tokens, layers=model_layers(model))
+                if s["trace_files"]:
+                    (self.a.out / f"{name}.json").write_text(json.dumps(s, indent=2))
+                    (self.a.out / f"{name}.md").write_text(profile_markdown(s) + "\n")
+                    row.update(kernel_us=s["kernel_us"], layers=s["layers"], unit=s["unit"],
+                               categories={c["category"]: c["per"] for c in s["categories"]})
+                else:
+                    row.update(rc=1, note=f"no trace under {trace_dir}")
+            self.record(**row)
 
     def start_server(self, v: str, tag: str):
         model, eargs = self.engine_args(v)
@@ -439,6 +451,8 @@ def main() -> int:
                     default=[1, 4, 16, 64])
     ap.add_argument("--throughput-cases", default=None,
                     help="prefill,mixed (default; --quick: prefill only, to fit ~6 minutes)")
+    ap.add_argument("--profile-cases", default="prefill,decode",
+                    help="cases of the profile stage: prefill, decode")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--compile", action="store_true", help="keep torch.compile in --quick")
     ap.add_argument("--gpu-mem", type=float, default=0.85)
@@ -456,7 +470,8 @@ def main() -> int:
     variants = [ALIASES.get(v, v) for v in a.variants.split(",") if v]
     bad = [v for v in variants if v not in VARIANTS] + [
         s for s in a.stages.split(",") if s not in ("latency", "throughput", "serve", "profile")] + [
-        c for c in a.throughput_cases.split(",") if c not in ("prefill", "mixed")]
+        c for c in a.throughput_cases.split(",") if c not in ("prefill", "mixed")] + [
+        c for c in a.profile_cases.split(",") if c not in ("prefill", "decode")]
     if bad:
         ap.error(f"unknown variant or stage: {bad}")
     bench = Bench(a)
