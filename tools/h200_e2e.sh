@@ -87,6 +87,7 @@ reap() {
   : > "$BLOCKFP8_PIDFILE"
 }
 trap 'reap' EXIT
+STEP_PID=
 
 # step NAME CAP CMD...: run CMD under `timeout`, log to $E2E/NAME.log, add a summary row.
 step() {
@@ -94,8 +95,13 @@ step() {
   shift 2
   t=$(date +%s)
   echo "=== $name (cap ${cap}s): $*" | tee -a "$E2E/e2e.log"
-  timeout -k 45 -s TERM "$cap" "$@" > "$E2E/$name.log" 2>&1
+  # In the background and waited for, so a TERM from an outer `timeout` reaches the trap below at
+  # once instead of after this step.
+  timeout -k 45 -s TERM "$cap" "$@" > "$E2E/$name.log" 2>&1 &
+  STEP_PID=$! STEP_NAME=$name STEP_T0=$t
+  wait "$STEP_PID"
   rc=$?
+  STEP_PID=
   reap
   case $rc in
     0) note=ok ;;
@@ -184,6 +190,56 @@ cat "$E2E/env.txt"
 QFLAG=()
 [ "$QUICK" = 1 ] && QFLAG=(--quick)
 
+# Results, caches and the packed archive: at the end, and also when an outer `timeout` (or ^C)
+# stops the call early, so what finished still comes back (a 2026-11-30 instance killed before
+# packing returned nothing).
+finish() {
+  # Each stage's own result tables, then the summary of stages (last, short).
+  for f in "$E2E"/*/results.md; do
+    [ -f "$f" ] && { echo; echo "### ${f#"$E2E"/}"; cat "$f"; }
+  done
+  echo
+  echo "E2E SUMMARY ($(( $(date +%s) - T0 ))s total; logs and JSON in $E2E)"
+  { printf 'stage\trc\tseconds\tnote\n'; cat "$SUMMARY"; } \
+    | awk -F'\t' '{ printf "%-20s %-4s %-8s %s\n", $1, $2, $3, $4 }'  # the device image has no column(1)
+  BAD=$(awk -F'\t' '$2 != 0 { bad = 1 } END { print bad + 0 }' "$SUMMARY")
+
+  if [ "${PACK_CACHE:-1}" = 1 ] && [ -d "$HOME/.cache/vllm" ]; then
+    # Both caches if they fit in one returned file (16 MiB), else DeepGEMM's alone (the slower one).
+    for parts in "vllm/deep_gemm vllm/torch_compile_cache" "vllm/deep_gemm"; do
+      (cd "$HOME/.cache" && ls -d $parts > /dev/null 2>&1) || continue
+      tar czf "$OUT/vllm_cache.tgz" -C "$HOME/.cache" $parts
+      [ "$(stat -c %s "$OUT/vllm_cache.tgz")" -le 15728640 ] && { echo "vLLM caches packed ($parts): $(du -h \
+        "$OUT/vllm_cache.tgz" | cut -f1) in $OUT/vllm_cache.tgz"; break; }
+      rm -f "$OUT/vllm_cache.tgz"
+    done
+  fi
+
+  # The device returns at most 8 files of 16 MiB each: pack $E2E into $OUT/$E2E_NAME.tgz, leaving out
+  # files over PACK_MAX_MB (named in omitted.txt; a 2026-11-29 run lost every log to one oversized
+  # archive). PACK=0 keeps the folder as it is.
+  if [ "${PACK:-1}" = 1 ]; then
+    LIMIT=$(( ${PACK_MAX_MB:-3} * 1048576 ))  # in bytes: find rounds -size NM up to whole MiB
+    find "$E2E" -type f -size +"$LIMIT"c -printf '%s %P\n' > "$E2E/omitted.txt"
+    (cd "$OUT" && find "$E2E_NAME" -type f ! -size +"$LIMIT"c -print0 \
+       | tar czf "$E2E_NAME.tgz" --null -T - && rm -rf "$E2E_NAME")
+    echo "packed: $(du -h "$OUT/$E2E_NAME.tgz" | cut -f1) in $OUT/$E2E_NAME.tgz"
+  fi
+}
+on_signal() {
+  trap - TERM INT
+  echo "interrupted: stopping the running step, packing what finished" | tee -a "$E2E/e2e.log"
+  if [ -n "$STEP_PID" ]; then
+    kill -TERM "$STEP_PID" 2>/dev/null
+    printf '%s\t%s\t%s\t%s\n' "$STEP_NAME" 143 "$(( $(date +%s) - STEP_T0 ))" \
+      "INTERRUPTED (outer timeout or signal); its log has what it printed" >> "$SUMMARY"
+  fi
+  reap  # the drivers' process groups (engines, servers): TERM, 5 s, KILL
+  finish
+  exit 143
+}
+trap on_signal TERM INT
+
 take_smol_chunks
 for stage in "$@"; do
   case $stage in
@@ -243,35 +299,5 @@ for stage in "$@"; do
   esac
 done
 
-# Each stage's own result tables, then the summary of stages (last, short).
-for f in "$E2E"/*/results.md; do
-  [ -f "$f" ] && { echo; echo "### ${f#"$E2E"/}"; cat "$f"; }
-done
-echo
-echo "E2E SUMMARY ($(( $(date +%s) - T0 ))s total; logs and JSON in $E2E)"
-{ printf 'stage\trc\tseconds\tnote\n'; cat "$SUMMARY"; } \
-  | awk -F'\t' '{ printf "%-20s %-4s %-8s %s\n", $1, $2, $3, $4 }'  # the device image has no column(1)
-BAD=$(awk -F'\t' '$2 != 0 { bad = 1 } END { print bad + 0 }' "$SUMMARY")
-
-if [ "${PACK_CACHE:-1}" = 1 ] && [ -d "$HOME/.cache/vllm" ]; then
-  # Both caches if they fit in one returned file (16 MiB), else DeepGEMM's alone (the slower one).
-  for parts in "vllm/deep_gemm vllm/torch_compile_cache" "vllm/deep_gemm"; do
-    (cd "$HOME/.cache" && ls -d $parts > /dev/null 2>&1) || continue
-    tar czf "$OUT/vllm_cache.tgz" -C "$HOME/.cache" $parts
-    [ "$(stat -c %s "$OUT/vllm_cache.tgz")" -le 15728640 ] && { echo "vLLM caches packed ($parts): $(du -h \
-      "$OUT/vllm_cache.tgz" | cut -f1) in $OUT/vllm_cache.tgz"; break; }
-    rm -f "$OUT/vllm_cache.tgz"
-  done
-fi
-
-# The device returns at most 8 files of 16 MiB each: pack $E2E into $OUT/$E2E_NAME.tgz, leaving out
-# files over PACK_MAX_MB (named in omitted.txt; a 2026-11-29 run lost every log to one oversized
-# archive). PACK=0 keeps the folder as it is.
-if [ "${PACK:-1}" = 1 ]; then
-  LIMIT=$(( ${PACK_MAX_MB:-3} * 1048576 ))  # in bytes: find rounds -size NM up to whole MiB
-  find "$E2E" -type f -size +"$LIMIT"c -printf '%s %P\n' > "$E2E/omitted.txt"
-  (cd "$OUT" && find "$E2E_NAME" -type f ! -size +"$LIMIT"c -print0 \
-     | tar czf "$E2E_NAME.tgz" --null -T - && rm -rf "$E2E_NAME")
-  echo "packed: $(du -h "$OUT/$E2E_NAME.tgz" | cut -f1) in $OUT/$E2E_NAME.tgz"
-fi
+finish
 exit "$BAD"
