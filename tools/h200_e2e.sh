@@ -155,7 +155,6 @@ need_lmeval() {  # lm-eval from wheels carried in .vs/lmeval (tools/fetch_device
 SMOL_BYTES=98362432
 take_smol_chunks() {
   local part
-  mkdir -p "$(dirname "$GGUF")"
   [ -f "$GGUF" ] && return 0
   for part in .vs/smol.part-*; do
     [ -f "$part" ] || continue
@@ -165,7 +164,7 @@ take_smol_chunks() {
       echo "SmolLM2: $(basename "$part") arrived before part $((n - 1)) (a cold machine?): not taken"
       continue
     fi
-    cat "$part" >> "$GGUF.partial" && touch "$GGUF.got-$(basename "$part")"
+    mkdir -p "$(dirname "$GGUF")" && cat "$part" >> "$GGUF.partial" && touch "$GGUF.got-$(basename "$part")"
     echo "SmolLM2: took $(basename "$part") ($(stat -c %s "$GGUF.partial") of $SMOL_BYTES bytes)"
   done
   [ -f "$GGUF.partial" ] && [ "$(stat -c %s "$GGUF.partial")" = "$SMOL_BYTES" ] && mv "$GGUF.partial" "$GGUF"

@@ -68,12 +68,10 @@ def tables(runs: list[dict]) -> dict[str, str]:
             ("TPOT p99 ms", "p99_tpot_ms"), ("alive", "server_alive"), ("status", "status")])
     if prof:
         # One row per variant, one column per kernel category (GPU time per token per layer).
-        cats = sorted({c for r in prof for c in r.get("categories") or {}},
-                      key=lambda c: -max(r.get("categories", {}).get(c, 0.0) for r in prof))
-        for r in prof:
-            r.update({f"cat:{c}": (r.get("categories") or {}).get(c) for c in cats})
-            if r.get("categories"):
-                r["sum"] = sum(r["categories"].values())
+        per = [r.get("categories") or {} for r in prof]  # failed runs have none
+        cats = sorted({c for p in per for c in p}, key=lambda c: -max(p.get(c, 0.0) for p in per))
+        for r, p in zip(prof, per):
+            r.update({f"cat:{c}": p.get(c) for c in cats}, sum=sum(p.values()) if p else None)
         unit = next((r["unit"] for r in prof if r.get("unit")), "")
         out[f"GPU kernel time by category ({unit}; vllm bench --profile)"] = _table(
             prof, [("case", "case"), ("variant", "variant"), ("sum", "sum")]

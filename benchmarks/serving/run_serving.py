@@ -162,7 +162,7 @@ class Bench:
         js = self.a.out / f"latency-{v}.json"
         warm, iters = self.p["lat_iters"]
         cmd = self.latency_cmd(model, eargs, 128, warm, iters, ["--output-json", str(js)])
-        env = {"VLLM_DEEP_GEMM_WARMUP": os.environ.get("VLLM_DEEP_GEMM_WARMUP", "skip")}
+        env = bench_env()
         rc, secs, log = self.run(f"latency-{v}", cmd, self.a.stage_cap_s, env)
         row = dict(stage="latency", variant=v, case="b1", rc=rc, seconds=secs, log=log, cmd=cmd,
                    env=env)
@@ -190,7 +190,7 @@ class Bench:
             il, ol, n = self.p[case]
             js = self.a.out / f"throughput-{case}-{v}.json"
             cmd = self.throughput_cmd(model, eargs, case, n, ["--output-json", str(js)])
-            env = {"VLLM_DEEP_GEMM_WARMUP": os.environ.get("VLLM_DEEP_GEMM_WARMUP", "skip")}
+            env = bench_env()
             warm = None
             if v in JIT_WARMUP_VARIANTS and env["VLLM_DEEP_GEMM_WARMUP"] == "skip":
                 wrc, wsecs, _ = self.run(f"throughput-{case}-{v}-jit-warmup", cmd, self.a.stage_cap_s, env)
@@ -212,7 +212,7 @@ class Bench:
         fewer prompts; ``decode`` one batch-1 generation of 128 tokens after an 8-token prompt (so
         the prefill's kernels are a small part), with the latency stage's graph sizes."""
         model, eargs = self.engine_args(v)
-        env = {"VLLM_DEEP_GEMM_WARMUP": os.environ.get("VLLM_DEEP_GEMM_WARMUP", "skip")}
+        env = bench_env()
         for case in self.a.profile_cases.split(","):
             name = f"profile-{case}-{v}"
             trace_dir = (self.a.out / f"prof-{case}-{v}").resolve()  # vLLM wants an absolute path
@@ -402,6 +402,12 @@ def stop(proc) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def bench_env() -> dict[str, str]:
+    """The environment of every `vllm bench` run: DeepGEMM's warmup skipped unless set (see
+    JIT_WARMUP_VARIANTS for why and what replaces it)."""
+    return {"VLLM_DEEP_GEMM_WARMUP": os.environ.get("VLLM_DEEP_GEMM_WARMUP", "skip")}
 
 
 def model_layers(model: str) -> int | None:
