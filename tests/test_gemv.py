@@ -29,6 +29,7 @@ pytestmark = pytest.mark.skipif(
 
 DTYPES = (torch.bfloat16, torch.float16)
 QWEN3 = shapes.by_name("qwen3-8b.o")
+KV_A = shapes.by_name("dsv3.kv_a.576x7168")
 # K with a partial last 128-block, K % 64 != 0 (FMA rows only), N ragged against 16 and 128.
 RAGGED_K = (
     shapes.WeightShape("ragged_k.304x1040", 304, 1040),
@@ -59,6 +60,8 @@ def _row_accepts(name: str, m: int, n: int, k: int) -> bool:
         fits = m <= int(tokens.group(1)) and k % 64 == 0
         if name.endswith("_ks32"):  # only grids of <= one 16-column tile per SM
             fits = fits and -(-n // 16) <= torch.cuda.get_device_properties(0).multi_processor_count
+        if name.endswith("_lines"):  # whole 128-byte lines per warp step
+            fits = fits and k % 128 == 0
         return fits
     if name == "gemv_fma_r1_c4_u4":
         return n >= 4096
@@ -141,11 +144,12 @@ def test_forced_row(row, shape, m, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("row", ROW_NAMES)
-def test_every_row_runs_on_qwen3(row, dtype):
-    """A shape every row accepts (N >= 4096, K % 64 == 0, M = 1): no row ships unrun."""
-    assert _row_accepts(row, 1, QWEN3.n, QWEN3.k)
-    b, s = _weight(QWEN3.n, QWEN3.k)
-    _check(_x(1, QWEN3.k, dtype), b, s, row=row, what=row)
+def test_every_row_runs_on_a_model_shape(row, dtype):
+    """Every row runs at M = 1 on a real model shape: qwen3-8b.o, or DeepSeek-V3's kv_a 576x7168
+    for rows limited to grids of <= one tile per SM. No row ships unrun."""
+    shape = next(s for s in (QWEN3, KV_A) if _row_accepts(row, 1, s.n, s.k))
+    b, s = _weight(shape.n, shape.k)
+    _check(_x(1, shape.k, dtype), b, s, row=row, what=f"{row} {shape.name}")
 
 
 @pytest.mark.parametrize("m", (1, 9, 16, 17))

@@ -14,7 +14,11 @@
 //   t8_free       the same with no occupancy cap (what more resident warps alone would give)
 //   t8_adjacent   a warp's U windows adjacent (128 contiguous bytes of a row per warp per trip)
 //   t8_l2_256     t8 with the .L2::256B prefetch hint on every load
-//   t8_persistent t8 with one wave of blocks looping over column tiles (no block turnover)
+//   t8_persistent t8 with one wave of (SMs x the real blocks per SM) blocks looping over column
+//                 tiles and no shared-memory cap: the real occupancy with the whole L1 (the caps
+//                 above take shared memory, which shrinks L1)
+//   lines         same tiles and warps, each warp instruction reads 4 rows x 128 contiguous bytes
+//                 (whole lines; the layout of the gemv_mma_t8_lines candidate row)
 //   row           same tiles and warps, but each warp instruction reads 512 contiguous bytes of
 //                 one row (the layout a row-per-warp kernel would need)
 //
@@ -136,6 +140,25 @@ __global__ void row_kernel(const uint8_t* b, int n, int k, int tiles, uint32_t* 
   keep(acc, sink);
 }
 
+// Warp w takes 128-byte line chunks w, w + KS, ... of the tile's 16 rows; load i of a lane covers
+// row lane / 8 + 4 i, bytes 16 (lane % 8) of the chunk.
+template <int KS>
+__global__ void lines_kernel(const uint8_t* b, int n, int k, int tiles, uint32_t* sink) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint32_t acc = 0;
+  for (int chunk = warp; chunk < k / 128; chunk += KS) {
+    uint4 v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = imin(int(blockIdx.x) * 16 + lane / 8 + 4 * i, n - 1);
+      v[i] = load16<Hint::kNoAllocate>(b + int64_t(row) * k + chunk * 128 + 16 * (lane % 8));
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc = fold(acc, v[i]);
+  }
+  keep(acc, sink);
+}
+
 struct Shape {
   const char* name;
   int n, k;
@@ -246,7 +269,8 @@ void run_shape(const Shape& s, int sms, const uint8_t* pool, int64_t pool_bytes,
   tile_case("t8_adjacent", tile_kernel<KS, 2, true, Hint::kNoAllocate>, tiles, real.blocks_per_sm);
   tile_case("t8_l2_256", tile_kernel<KS, 2, false, Hint::kNoAllocateL2Prefetch>, tiles, real.blocks_per_sm);
   tile_case("t8_persistent", tile_kernel<KS, 2, false, Hint::kNoAllocate>,
-            std::min(tiles, sms * real.blocks_per_sm), real.blocks_per_sm);
+            std::min(tiles, sms * real.blocks_per_sm), 0);
+  tile_case("lines", lines_kernel<KS>, tiles, real.blocks_per_sm);
   tile_case("row", row_kernel<KS, 2>, tiles, real.blocks_per_sm);
   tile_case("row_u4", row_kernel<KS, 4>, tiles, real.blocks_per_sm);
 

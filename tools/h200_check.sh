@@ -13,7 +13,7 @@
 #                    GEMM_SHAPES picks the shapes (default benchmark_set; e.g. seeds)
 #   racecheck_gemm   racecheck once per GEMM row and case (ties a hazard report to one launch)
 #   bench_gemm_order GEMM only at M = 2048..8192 under each BLOCKFP8_SM90_RASTER:SWIZZLE in GEMM_ORDERS
-#   tests_gemm_order the GPU GEMM tests under each non-default setting of GEMM_ORDERS (ragged tile grids)
+#   tests_gemm_order the GPU GEMM tests under each setting of GEMM_ORDERS at every M (ragged tile grids)
 #   gemv_probe   tools/gemv_read_probe.cu: the GEMV's weight-load pattern alone vs a plain stream
 #   ncu          Nsight Compute sections for the launches in NCU_SPECS (tools/ncu_rows.py specs)
 #   demo         python -m vllm_blockfp8 demo (needs the offline vLLM bundle unpacked and sourced)
@@ -99,8 +99,8 @@ for s in "$@"; do
           --shapes qwen3_8b,dsv3.7168x16384 --peers none --plot /dev/null \
           --json benchmarks/results/bench_gemm_order_${o%:*}_${o#*:}.json | grep -E "^geomean|^    ours"; done' ;;
     tests_gemm_order)  # the tile order is read once per process: one pytest run per setting
-      stage tests_gemm_order 240 bash -c 'set -o pipefail; rc=0; for o in ${GEMM_ORDERS:-along_m:8 along_n:8}; do
-        [ "$o" = heuristic:1 ] && continue; echo "== BLOCKFP8_SM90_RASTER=${o%:*} BLOCKFP8_SM90_SWIZZLE=${o#*:}"
+      stage tests_gemm_order 240 bash -c 'set -o pipefail; rc=0; for o in ${GEMM_ORDERS:-heuristic:1 along_m:8 along_n:8}; do
+        echo "== BLOCKFP8_SM90_RASTER=${o%:*} BLOCKFP8_SM90_SWIZZLE=${o#*:}"
         BLOCKFP8_SM90_RASTER=${o%:*} BLOCKFP8_SM90_SWIZZLE=${o#*:} python3 -m pytest -q -p no:cacheprovider \
           --maxfail=10 tests/test_gemm.py 2>&1 | tail -n 3 || rc=1; done; exit $rc' ;;
     racecheck_gemm)  # one process per GEMM row and case, so each hazard report names its launch

@@ -55,7 +55,7 @@ def _load_extension():
     torch.ops.load_library(spec.origin)
 
 
-# Benchmark switches of the SM90 GEMM's persistent tile order (gemm/NOTES.md), read once by the
+# Switches that replace the SM90 GEMM's default persistent tile order (gemm/NOTES.md), read once by the
 # extension. Checked here so a typo fails at import with its name, not silently or mid-op.
 TILE_ORDER_ENV = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n"),
                   "BLOCKFP8_SM90_SWIZZLE": ("1", "2", "4", "8")}

@@ -462,4 +462,68 @@ __global__ void __launch_bounds__(32 * 32, 1) mma_kernel_ks32(const Args<T> a) {
   mma_body<32, MT, U, T>(a);
 }
 
+// Candidate rows gemv_mma_t8_lines / gemv_mma_t16_lines (forced only until measured): the t8 / t16
+// math with the weight read in whole 128-byte lines. The register kernel's lane mapping makes each
+// warp load touch 8 rows x 64 bytes, i.e. 8 half-used cache lines; the H200 read-pattern probe
+// (tools/gemv_read_probe.cu) measured that pattern alone at 1.4-2.1x the time of a plain stream
+// under the kernel's occupancy, while loads of whole lines at the same occupancy ran at 1.01-1.15x.
+// Here warp w takes 128-wide K chunks w, w + KS, ... (one scale block each). A chunk of the tile's
+// 16 rows is 2 KB: 4 loads per lane, each covering 4 rows x 128 contiguous bytes (lane l: row
+// l / 8 + 4i, bytes 16 (l % 8) ..), staged through the warp's own 2 KB of shared memory and read
+// back in the mma lane mapping (row g and g + 8, bytes 16t of window h = 64h + 16t), i.e. the
+// permuted windows 2c and 2c + 1 of the register kernel. Slots are XOR-swizzled by row parity
+// (slot ^ 4 on odd rows) so both the line writes and the fragment reads are conflict-free.
+// Needs K % 128 == 0 (whole chunks). Same weight bytes in flight per warp as t8 (2 KB).
+template <int KS, int MT, typename T>
+__global__ void mma_lines_kernel(const Args<T> a) {
+  constexpr int kLine = 2 * kWindow;  // K per chunk: one cache line of each row, one scale block
+  __shared__ uint4 staged[KS][kMmaCols * kLine / 16];
+  __shared__ float partial[KS][MT * 4][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.x * kMmaCols;
+  // Copy role: rows r0 + 4i (i < 4) of the tile, 16-byte slot q of each row's line.
+  const int r0 = lane >> 3, q = lane & 7;
+  const int row0 = min(n0 + r0, a.n - 1);
+  const uint8_t* src = a.b + int64_t(row0) * a.k + int64_t(warp) * kLine + 16 * q;
+  // Rows past N re-read row N - 1; offsets from row0 stay below 12 K < 2^32 (K < 2^28).
+  uint32_t row_off[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) row_off[i] = uint32_t(min(n0 + r0 + 4 * i, a.n - 1) - row0) * uint32_t(a.k);
+  uint4* mine = staged[warp];
+  const int write_slot = r0 * 8 + (q ^ ((r0 & 1) << 2));  // copy i writes write_slot + 32 i
+  const int read_slot = g * 8 + (t ^ ((g & 1) << 2));     // window 1: ^ 4; row g + 8: + 64
+  const T* xp[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+    xp[mt] = a.x + int64_t(min(mt * kMmaTokens + g, a.m - 1)) * a.x_stride + warp * kLine + 16 * t;
+  const float* sp = a.b_scale + int64_t(n0 / kBlock) * (a.k / kBlock) + warp;
+
+  float acc[MT][4] = {};
+  for (int chunk = warp; chunk < a.k / kLine; chunk += KS) {
+    uint4 line[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) line[i] = detail::load_weight(src + row_off[i]);
+    uint4 xv[2][MT][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        xv[h][mt][0] = detail::load_x8(xp[mt] + h * kWindow);
+        xv[h][mt][1] = detail::load_x8(xp[mt] + h * kWindow + 8);
+      }
+    const float scale = __ldg(sp);
+    __syncwarp();  // every lane has read the previous chunk's slots
+#pragma unroll
+    for (int i = 0; i < 4; ++i) mine[write_slot + 32 * i] = line[i];
+    __syncwarp();
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      window_mma<MT, T>(mine[read_slot ^ (4 * h)], mine[(read_slot ^ (4 * h)) + 64], xv[h], scale, acc);
+    src += KS * kLine, sp += KS;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) xp[mt] += KS * kLine;
+  }
+  reduce_store<KS, MT, T>(acc, partial, a, n0);
+}
+
 }  // namespace blockfp8::gemv

@@ -27,7 +27,11 @@ cudaError_t launch_fma(const Problem& p, cudaStream_t s);
 template <int MT, int U>
 cudaError_t launch_mma_ks32(const Problem& p, cudaStream_t s);
 template <int MT>
+cudaError_t launch_mma_lines(const Problem& p, cudaStream_t s);
+template <int MT>
 const char* mma_rejects(const Problem& p);
+template <int MT>
+const char* lines_rejects(const Problem& p);
 const char* small_grid_t16_rejects(const Problem& p);
 const char* aligned_x_rejects(const Problem& p);
 const char* wide_n_rejects(const Problem& p);
@@ -45,6 +49,10 @@ constexpr GemvRow kRows[] = {
       "tensor-core mma, one 8-token tile, 2 windows in flight per warp: H200 full linear 1.57x the floor at "
       "M = 1 (geomean of 15 shapes, best peer 2.16x), time flat from M = 1 to 8 (gemv/NOTES.md)"},
      &mma_rejects<1>, &launch_mma<1, 2, true>},
+    {{"gemv_mma_t8_lines", 8,
+      "candidate (forced only: t8 takes every problem it accepts): t8 with the weight loaded in whole 128-byte "
+      "lines and staged through shared memory; H200 probe: t8's load pattern alone 1.4-2.1x a stream"},
+     &lines_rejects<1>, &launch_mma_lines<1>},
     {{"gemv_mma_t16_ks32", 16,
       "t16's two 8-token tiles in one 32-warp block per SM, where the grid has <= 1 block per SM (N <= 16 x "
       "SMs): twice the loads in flight; H200 2112x7168 at M = 16 7.39 us vs t16's 9.28 (gemv/NOTES.md)"},
@@ -53,6 +61,10 @@ constexpr GemvRow kRows[] = {
       "tensor-core mma, two 8-token tiles for M = 9..16, 1 window in flight (2 blocks per SM): H200 1.2-1.45x "
       "t8's time at M = 16, slower than DeepGEMM on 7 of 15 shapes there (gemv/NOTES.md)"},
      &mma_rejects<2>, &launch_mma<2, 1, false>},
+    {{"gemv_mma_t16_lines", 16,
+      "candidate (forced only: t16 takes every problem it accepts): t16 with the weight loaded in whole 128-byte "
+      "lines and staged through shared memory (see gemv_mma_t8_lines)"},
+     &lines_rejects<2>, &launch_mma_lines<2>},
     {{"gemv_fma_r1_c4_u4", 1,
       "M = 1 without the mma preconditions: 4 columns x 4 loads in flight per lane took 8192x2048 from 2.3 to "
       "3.1 TB/s on H200 (seed 000 sec 5.4); needs N >= 4096 to fill the GPU"},
@@ -104,6 +116,14 @@ const char* mma_rejects(const Problem& p) {
   if (p.k % kWindow != 0) return "K must be a multiple of 64 (permuted 64-wide mma K windows)";
   if (p.k >= (int64_t(1) << 28)) return "K must be below 2^28 (32-bit offset between a lane's two weight rows)";
   return aligned_x_rejects(p);
+}
+
+// Whole 128-wide chunks per warp (one scale block each).
+template <int MT>
+const char* lines_rejects(const Problem& p) {
+  if (const char* why = mma_rejects<MT>(p)) return why;
+  if (p.k % kBlock != 0) return "K must be a multiple of 128 (whole 128-byte weight lines per warp step)";
+  return nullptr;
 }
 
 // The 32-warp block pays off only while the 16-warp grid leaves SMs with one block or none; above
@@ -176,6 +196,20 @@ cudaError_t launch_mma_ks32(const Problem& p, cudaStream_t s) {
     mma_kernel_ks32<MT, U, __nv_bfloat16><<<grid, 32 * 32, 0, s>>>(args<__nv_bfloat16>(p));
   else
     mma_kernel_ks32<MT, U, __half><<<grid, 32 * 32, 0, s>>>(args<__half>(p));
+  return cudaGetLastError();
+}
+
+template <int MT>
+cudaError_t launch_mma_lines(const Problem& p, cudaStream_t s) {
+  const unsigned grid = unsigned((p.n + kMmaCols - 1) / kMmaCols);
+  const bool bf16 = p.bf16;
+  if (ksplit(p.n) == 8) {
+    if (bf16) mma_lines_kernel<8, MT, __nv_bfloat16><<<grid, 32 * 8, 0, s>>>(args<__nv_bfloat16>(p));
+    else mma_lines_kernel<8, MT, __half><<<grid, 32 * 8, 0, s>>>(args<__half>(p));
+  } else {
+    if (bf16) mma_lines_kernel<16, MT, __nv_bfloat16><<<grid, 32 * 16, 0, s>>>(args<__nv_bfloat16>(p));
+    else mma_lines_kernel<16, MT, __half><<<grid, 32 * 16, 0, s>>>(args<__half>(p));
+  }
   return cudaGetLastError();
 }
 

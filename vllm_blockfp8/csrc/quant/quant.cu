@@ -9,7 +9,7 @@
 // round_up(M, 4)).
 // Work split, every row: 16 lanes own one (token, group) pair, 8 values (one 16-byte load) per
 // group each; a 256-thread block covers 16 consecutive tokens, so its scale stores for one group
-// are one 64-byte run; one block per (token tile, G groups), G = 1 (row 0) or 2. The quotient
+// are one 64-byte run; one group per block, one block per (token tile, group). The quotient
 // RN(x / scale) is x * RN(1 / scale) plus one FMA correction step, the IEEE division only where
 // |x / scale| < 2^-6 (zeros included): bit-identical, and 4-14% faster than dividing (NOTES.md).
 // Arch: any SM80+ (plain loads; cvt to e4m3 is one instruction from SM89 on, the intrinsics fall
@@ -33,7 +33,6 @@ namespace {
 
 using Launcher = cudaError_t (*)(const TokenGroupProblem&, cudaStream_t);
 
-template <int G>
 cudaError_t launch_lane16(const TokenGroupProblem& p, cudaStream_t stream);
 
 struct QuantRow {
@@ -41,20 +40,14 @@ struct QuantRow {
   Launcher launch;
 };
 
-// Ordered: the first row with max_m >= M that does not reject the problem wins. Row 0 takes every
-// valid problem (the dividing quant_lane16 it replaced was slower at every measured point), so a
-// later row is reached only when forced.
+// Ordered: the first row with max_m >= M that does not reject the problem wins. One row: it takes
+// every valid problem (the dividing quant_lane16 it replaced was slower at every measured point).
 constexpr QuantRow kRows[] = {
     {{"quant_lane16_rcp", kUnboundedM,
       "one 16-byte load per lane, a (16 tokens x 1 group) block per grid cell, quotient by corrected "
       "reciprocal: 71% of copy bandwidth at M >= 1024 (geomean) vs 62% dividing, 2.13x vLLM's CUDA "
       "quantizer on H200 (quant/NOTES.md, 2026-11-30 x2 run)"},
-     &launch_lane16<1>},
-    // Candidate, not measured on a GPU yet (quant/NOTES.md, last section).
-    {{"quant_lane16_rcp_g2", kUnboundedM,
-      "candidate (unmeasured; forced only): row 0 with two groups per lane, two 16-byte loads in flight and half "
-      "the blocks, for M = 1024..2048 (54-65% of copy: about two waves of one-load blocks); predicted 74-76% geomean"},
-     &launch_lane16<2>},
+     &launch_lane16},
 };
 constexpr int kNumRows = int(sizeof(kRows) / sizeof(kRows[0]));
 static_assert(kRows[0].info.max_m == kUnboundedM, "row 0 takes every M: later rows stay forced-only");
@@ -89,56 +82,43 @@ __device__ __forceinline__ float2 corrected_quotient(float x0, float x1, float s
   return make_float2(__fmaf_rn(__fmaf_rn(-p0, scale, x0), r, p0), __fmaf_rn(__fmaf_rn(-p1, scale, x1), r, p1));
 }
 
-// G groups per lane: each lane issues its G 16-byte loads before any compute (memory-level
-// parallelism), and a block covers 16 tokens x G consecutive groups, so the grid has G times fewer
-// blocks. Group indices are uniform across a block, so the shuffles stay convergent.
-template <typename T, int G>
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
 per_token_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                        int64_t m, int64_t k, int64_t x_stride, int64_t s_ld) {
   const int lane = threadIdx.x % kLanesPerGroup;
   const int64_t row = int64_t(blockIdx.y) * kTokensPerBlock + threadIdx.x / kLanesPerGroup;
-  const int64_t group0 = int64_t(blockIdx.x) * G;
-  const int64_t groups = k / kGroup;
+  const int64_t group = blockIdx.x;
   // Rows past M still take part in the shuffles (all 16 lanes of a row share the predicate).
   const bool active = row < m;
 
-  uint4 raw[G];
+  float v[8];
+  if (active) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(x + row * x_stride + group * kGroup + lane * 8);
+    const T* h = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-  for (int j = 0; j < G; ++j)
-    if (active && (G == 1 || group0 + j < groups))
-      raw[j] = *reinterpret_cast<const uint4*>(x + row * x_stride + (group0 + j) * kGroup + lane * 8);
+    for (int i = 0; i < 8; ++i) v[i] = to_float(h[i]);
+  } else {
 #pragma unroll
-  for (int j = 0; j < G; ++j) {
-    if (G > 1 && group0 + j >= groups) break;  // the grid's last column of blocks, when G does not divide
-    const int64_t group = group0 + j;
-    float v[8];
-    if (active) {
-      const T* h = reinterpret_cast<const T*>(&raw[j]);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = to_float(h[i]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = 0.0f;
-    }
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-    for (int offset = kLanesPerGroup / 2; offset > 0; offset /= 2)
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset, kLanesPerGroup));
-    if (!active) continue;
-
-    const float scale = fmaxf(amax, kAmaxFloor) / kFp8Max;
-    uint2 packed;
-    const float r = __frcp_rn(scale);  // one correctly rounded reciprocal per lane and group
-    __nv_fp8x2_storage_t* out = reinterpret_cast<__nv_fp8x2_storage_t*>(&packed);
-#pragma unroll
-    for (int i = 0; i < 8; i += 2)  // .x goes to the low byte
-      out[i / 2] = __nv_cvt_float2_to_fp8x2(corrected_quotient(v[i], v[i + 1], scale, r), __NV_SATFINITE, __NV_E4M3);
-    *reinterpret_cast<uint2*>(q + row * k + group * kGroup + lane * 8) = packed;
-    if (lane == 0) s[group * s_ld + row] = scale;
+    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
   }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+  for (int offset = kLanesPerGroup / 2; offset > 0; offset /= 2)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset, kLanesPerGroup));
+  if (!active) return;
+
+  const float scale = fmaxf(amax, kAmaxFloor) / kFp8Max;
+  uint2 packed;
+  const float r = __frcp_rn(scale);  // one correctly rounded reciprocal per lane and group
+  __nv_fp8x2_storage_t* out = reinterpret_cast<__nv_fp8x2_storage_t*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 8; i += 2)  // .x goes to the low byte
+    out[i / 2] = __nv_cvt_float2_to_fp8x2(corrected_quotient(v[i], v[i + 1], scale, r), __NV_SATFINITE, __NV_E4M3);
+  *reinterpret_cast<uint2*>(q + row * k + group * kGroup + lane * 8) = packed;
+  if (lane == 0) s[group * s_ld + row] = scale;
 }
 
 template <typename T>
@@ -179,15 +159,15 @@ add_bias_kernel(T* __restrict__ out, const T* __restrict__ bias, int64_t m, int6
     out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % n]));
 }
 
-// One (16 tokens x G groups) block per grid cell, M split over launches.
-template <typename T, int G>
+// One (16 tokens x 1 group) block per grid cell, M split over launches.
+template <typename T>
 cudaError_t launch_lane16_typed(const TokenGroupProblem& p, cudaStream_t stream) {
   const T* x = static_cast<const T*>(p.x);
   for (int64_t m0 = 0; m0 < p.m; m0 += kMaxTokensPerLaunch) {
     const int64_t rows = std::min(kMaxTokensPerLaunch, p.m - m0);
-    const dim3 grid(static_cast<unsigned>((p.k / kGroup + G - 1) / G),
+    const dim3 grid(static_cast<unsigned>(p.k / kGroup),
                     static_cast<unsigned>((rows + kTokensPerBlock - 1) / kTokensPerBlock));
-    per_token_group_kernel<T, G><<<grid, kThreads, 0, stream>>>(
+    per_token_group_kernel<T><<<grid, kThreads, 0, stream>>>(
         x + m0 * p.x_stride, p.q + m0 * p.k, p.s + m0, rows, p.k, p.x_stride, p.s_ld);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
@@ -195,9 +175,8 @@ cudaError_t launch_lane16_typed(const TokenGroupProblem& p, cudaStream_t stream)
   return cudaSuccess;
 }
 
-template <int G>
 cudaError_t launch_lane16(const TokenGroupProblem& p, cudaStream_t stream) {
-  return p.bf16 ? launch_lane16_typed<__nv_bfloat16, G>(p, stream) : launch_lane16_typed<__half, G>(p, stream);
+  return p.bf16 ? launch_lane16_typed<__nv_bfloat16>(p, stream) : launch_lane16_typed<__half>(p, stream);
 }
 
 }  // namespace
