@@ -30,11 +30,13 @@ pytestmark = pytest.mark.skipif(
 DTYPES = (torch.bfloat16, torch.float16)
 QWEN3 = shapes.by_name("qwen3-8b.o")
 KV_A = shapes.by_name("dsv3.kv_a.576x7168")
-# K with a partial last 128-block, K % 64 != 0 (FMA rows only), N ragged against 16 and 128.
+# K with a partial last 128-block, K % 64 != 0 (FMA rows only), N ragged against 16 and 128; a
+# ragged N with K long enough for the whole-line row (3 chunks per warp).
 RAGGED_K = (
     shapes.WeightShape("ragged_k.304x1040", 304, 1040),
     shapes.WeightShape("ragged_k.4100x208", 4100, 208),
     shapes.WeightShape("ragged_kb.136x192", 136, 192),
+    shapes.WeightShape("ragged_n.1000x6144", 1000, 6144),
 )
 SHAPES = shapes.SMALL + (QWEN3,) + RAGGED_K
 ALL_M = tuple(range(1, 17)) + (17, 31, 64)
@@ -60,8 +62,12 @@ def _row_accepts(name: str, m: int, n: int, k: int) -> bool:
         fits = m <= int(tokens.group(1)) and k % 64 == 0
         if name.endswith("_ks32"):  # only grids of <= one 16-column tile per SM
             fits = fits and -(-n // 16) <= torch.cuda.get_device_properties(0).multi_processor_count
-        if name.endswith("_lines"):  # whole 128-byte lines per warp step
-            fits = fits and k % 128 == 0
+        if name.endswith("_lines"):  # whole lines, >= 3 per warp, not on a pinned grid
+            ks = 8 if n >= 8192 else 16
+            tiles = -(-n // 16)
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            pinned = ks == 16 and 2 * sms < tiles <= 3 * sms
+            fits = fits and k % 128 == 0 and k // 128 >= 3 * ks and not pinned
         return fits
     if name == "gemv_fma_r1_c4_u4":
         return n >= 4096

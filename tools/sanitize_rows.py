@@ -28,9 +28,9 @@ from vllm_blockfp8 import ops, reference
 
 def _gemv_cases(row: dict, sm_count: int):
     m = row["max_m"] if row["max_m"] is not None else 19
-    # 16 * SMs - 5 columns: a ragged grid of one tile per SM (rows limited to small grids), K = 384
-    # in whole 128-byte lines (the _lines rows).
-    cases = [(m, 4104, 320), (m, 4104, 208), (m, 8200, 192), (m, 16 * sm_count - 5, 384)]
+    # 16 * SMs - 5 columns: a ragged grid of one tile per SM (rows limited to small grids), K = 6144
+    # in whole 128-byte lines, 3 per warp (the _lines row).
+    cases = [(m, 4104, 320), (m, 4104, 208), (m, 8200, 192), (m, 16 * sm_count - 5, 6144)]
     pinned_n = 16 * (2 * sm_count + 1) + 5
     if pinned_n < 8192:
         cases.append((min(m, 8), pinned_n, 256))

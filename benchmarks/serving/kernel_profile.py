@@ -9,9 +9,13 @@ unit in which kernel benchmarks (bench_gemm, bench_quant) can be set beside it.
 
 Kernel time is summed, not wall time: host stalls (a JIT compile, scheduling) do not count, and
 kernels that overlap (two streams) count twice. Both are fine for comparing where two engines
-spend their GPU time on the same workload.
+spend their GPU time on the same workload. Wall time is reported beside it, per trace file: the
+span from the first GPU event to the last, how much of it the GPU was busy, and every idle gap
+longer than --stall-ms with the longest CPU op that ran through it (on the H200 this found two
+0.65 s Triton attention JIT compiles inside a cold engine's profiled prefill).
 
-usage:  python benchmarks/serving/kernel_profile.py TRACE_DIR [--tokens N] [--layers L] [--json OUT]
+usage:  python benchmarks/serving/kernel_profile.py TRACE_DIR [--tokens N] [--layers L] [--stall-ms MS]
+        [--json OUT]
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from pathlib import Path
 CATEGORIES = (
     ("norm+quant (fused)", r"rms_norm.*quant|norm.*per_(block|token|group).*quant"),
     ("act+quant (fused)", r"(silu|act).*quant"),
+    ("gemm: DeepGEMM", r"deep_gemm"),  # before CUTLASS: its names carry cute/cutlass types
     ("gemm: CUTLASS (blockfp8 W8A8)", r"cutlass|GemmUniversal|blockfp8::gemm"),
-    ("gemv: blockfp8", r"blockfp8::gemv|mma_kernel|fma_kernel"),
-    ("gemm: DeepGEMM", r"deep_gemm|fp8_gemm|sm90_fp8"),
+    ("gemv: blockfp8", r"blockfp8::gemv|mma_kernel|fma_kernel|mma_lines_kernel"),
     ("quant: activation", r"per_token_group|quant"),
     ("gemm: cuBLAS", r"nvjet|xmma|cublas|gemm|gemv"),
     ("attention", r"attn|attention|flash|paged"),
@@ -61,13 +65,46 @@ def trace_files(trace_dir: Path) -> list[Path]:
     return sorted(p for p in trace_dir.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
 
 
+def timeline(events: list[dict], stall_us: float) -> dict:
+    """GPU busy and idle wall time of one trace, and its idle gaps longer than stall_us, each with
+    the longest CPU op that spans part of it (what the host was doing meanwhile)."""
+    gpu = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in events
+                 if e.get("ph") == "X" and e.get("cat") in GPU_EVENT_CATS)
+    if not gpu:
+        return {"span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "stalls": []}
+    busy, gaps = 0.0, []
+    start, end = gpu[0]
+    for s, e in gpu[1:]:
+        if s > end:
+            busy += end - start
+            gaps.append((end, s))
+            start, end = s, e
+        else:
+            end = max(end, e)
+    busy += end - start
+    span = max(e for _, e in gpu) - gpu[0][0]
+    cpu = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    stalls = []
+    for a, b in gaps:
+        if b - a <= stall_us:
+            continue
+        during = [e for e in cpu if float(e["ts"]) < b and float(e["ts"]) + float(e.get("dur", 0.0)) > a]
+        op = max(during, key=lambda e: float(e.get("dur", 0.0)), default=None)
+        stalls.append({"us": b - a, "at_us": a - gpu[0][0], "cpu_op": op.get("name") if op else None})
+    return {"span_us": span, "busy_us": busy, "idle_us": span - busy, "stalls": stalls}
+
+
 def summarize(trace_dir: Path, tokens: int | None = None, layers: int | None = None,
-              top: int = 20) -> dict:
-    """Kernel time by category and by name over every trace under trace_dir (all ranks)."""
+              top: int = 20, stall_ms: float = 100.0) -> dict:
+    """Kernel time by category and by name over every trace under trace_dir (all ranks), and
+    each trace's GPU wall-time timeline."""
     by_name: dict[str, list[float]] = {}
     files = trace_files(trace_dir)
+    timelines = []
     for path in files:
-        for ev in read_events(path):
+        events = read_events(path)
+        timelines.append({"file": path.name, **timeline(events, 1e3 * stall_ms)})
+        for ev in events:
             if ev.get("ph") != "X" or ev.get("cat") not in GPU_EVENT_CATS:
                 continue
             slot = by_name.setdefault(ev.get("name", "?"), [0.0, 0])
@@ -92,7 +129,8 @@ def summarize(trace_dir: Path, tokens: int | None = None, layers: int | None = N
                 "share": us / total if total else 0.0}
                for n, (us, calls) in sorted(by_name.items(), key=lambda t: -t[1][0])[:top]]
     return {"trace_files": [str(p) for p in files], "kernel_us": total, "tokens": tokens,
-            "layers": layers, "unit": unit, "categories": rows, "top_kernels": kernels}
+            "layers": layers, "unit": unit, "categories": rows, "top_kernels": kernels,
+            "timelines": timelines}
 
 
 def markdown(summary: dict) -> str:
@@ -101,6 +139,11 @@ def markdown(summary: dict) -> str:
              "| category | us | share | per |", "|---|---|---|---|"]
     lines += [f"| {r['category']} | {r['us']:.0f} | {100 * r['share']:.1f}% | {r['per']:.4g} |"
               for r in summary["categories"]]
+    lines += ["", "| trace | GPU span ms | busy ms | idle ms | stalls (ms: CPU op) |", "|---|---|---|---|---|"]
+    lines += [f"| {t['file'][:40]} | {t['span_us'] / 1e3:.1f} | {t['busy_us'] / 1e3:.1f} | "
+              f"{t['idle_us'] / 1e3:.1f} | "
+              + (", ".join(f"{x['us'] / 1e3:.0f}: {x['cpu_op']}" for x in t["stalls"]) or "none") + " |"
+              for t in summary.get("timelines", [])]
     lines += ["", "| kernel | category | us | calls | share |", "|---|---|---|---|---|"]
     lines += [f"| `{k['name'][:90]}` | {k['category']} | {k['us']:.0f} | {k['calls']} | "
               f"{100 * k['share']:.1f}% |" for k in summary["top_kernels"]]
@@ -113,9 +156,10 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, help="tokens the profiled window processed")
     ap.add_argument("--layers", type=int, help="decoder layers (with --tokens: per token per layer)")
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--stall-ms", type=float, default=100.0, help="report GPU idle gaps longer than this")
     ap.add_argument("--json", type=Path, help="write the summary here too")
     a = ap.parse_args()
-    s = summarize(a.trace_dir, a.tokens, a.layers, a.top)
+    s = summarize(a.trace_dir, a.tokens, a.layers, a.top, a.stall_ms)
     if not s["trace_files"]:
         print(f"no trace files under {a.trace_dir}", file=sys.stderr)
         return 1

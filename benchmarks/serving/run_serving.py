@@ -67,10 +67,12 @@ ENGINE_ENV = {"BLOCKFP8_LOG_ROWS": os.environ.get("BLOCKFP8_LOG_ROWS", "1")}
 # model), so the latency stage skips it (VLLM_DEEP_GEMM_WARMUP=skip unless set) and captures a few
 # graph sizes: what it needs is compiled in capture and in the untimed warmup iterations, the same
 # for every variant. vLLM's default ("relax") warmup compiled 1735 DeepGEMM kernels in 28 minutes
-# on a fresh H200 (2026-11-30), so the throughput stage skips it too and instead runs each
-# JIT-compiling variant once, untimed, with the same prompts: the timed run then finds every
-# kernel it needs in the on-disk JIT cache and times what a warmed-up server would do.
-JIT_WARMUP_VARIANTS = {"vllm-fp8-block"}
+# on a fresh H200 (2026-11-30), so the throughput stage skips it too and instead runs every
+# variant once, untimed, with the same prompts: the timed run then finds every kernel it needs in
+# the on-disk JIT caches and times what a warmed-up server would do. Every variant, not only the
+# DeepGEMM one: the TRITON_ATTN backend JIT-compiles attention kernels on first use too, and the
+# 2026-11-30 blockfp8 prefill profile on the H200 stalled 0.66 s and 0.64 s in two such compiles,
+# inside the timed region of a run without this warm-up (benchmarks/results/serving/2026-11-30-x3).
 LATENCY_CC = {"cudagraph_capture_sizes": [1, 2, 4, 8]}
 DECODE_TOKENS = 128  # output tokens of every batch-1 latency run
 FAST_START_CC = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
@@ -191,10 +193,8 @@ class Bench:
             js = self.a.out / f"throughput-{case}-{v}.json"
             cmd = self.throughput_cmd(model, eargs, case, n, ["--output-json", str(js)])
             env = bench_env()
-            warm = None
-            if v in JIT_WARMUP_VARIANTS and env["VLLM_DEEP_GEMM_WARMUP"] == "skip":
-                wrc, wsecs, _ = self.run(f"throughput-{case}-{v}-jit-warmup", cmd, self.a.stage_cap_s, env)
-                warm = dict(rc=wrc, seconds=round(wsecs, 1))
+            wrc, wsecs, _ = self.run(f"throughput-{case}-{v}-jit-warmup", cmd, self.a.stage_cap_s, env)
+            warm = dict(rc=wrc, seconds=round(wsecs, 1))
             rc, secs, log = self.run(f"throughput-{case}-{v}", cmd, self.a.stage_cap_s, env)
             row = dict(stage="throughput", variant=v, case=case, rc=rc, seconds=secs, log=log,
                        cmd=cmd, env=env, jit_warmup_run=warm)
@@ -405,8 +405,8 @@ def stop(proc) -> None:
 
 
 def bench_env() -> dict[str, str]:
-    """The environment of every `vllm bench` run: DeepGEMM's warmup skipped unless set (see
-    JIT_WARMUP_VARIANTS for why and what replaces it)."""
+    """The environment of every `vllm bench` run: DeepGEMM's warmup skipped unless set (the
+    comment above LATENCY_CC says why and what replaces it)."""
     return {"VLLM_DEEP_GEMM_WARMUP": os.environ.get("VLLM_DEEP_GEMM_WARMUP", "skip")}
 
 

@@ -462,11 +462,12 @@ __global__ void __launch_bounds__(32 * 32, 1) mma_kernel_ks32(const Args<T> a) {
   mma_body<32, MT, U, T>(a);
 }
 
-// Candidate rows gemv_mma_t8_lines / gemv_mma_t16_lines (forced only until measured): the t8 / t16
-// math with the weight read in whole 128-byte lines. The register kernel's lane mapping makes each
-// warp load touch 8 rows x 64 bytes, i.e. 8 half-used cache lines; the H200 read-pattern probe
-// (tools/gemv_read_probe.cu) measured that pattern alone at 1.4-2.1x the time of a plain stream
-// under the kernel's occupancy, while loads of whole lines at the same occupancy ran at 1.01-1.15x.
+// Row gemv_mma_t8_lines: the t8 math (MT token tiles; only MT = 1 is in the table) with the weight
+// read in whole 128-byte lines. The register kernel's lane mapping makes each warp load touch 8
+// rows x 64 bytes, i.e. 8 half-used cache lines; the H200 read-pattern probe
+// (tools/gemv_read_probe.cu) found that pattern costs more L1 per byte than whole lines (with
+// L1 shrunk by a shared-memory carve-out it ran at 1.4-2.1x a stream's time, whole lines at
+// 1.05-1.2x). On the H200 this row is 3-9% faster than t8 where a warp walks >= 3 chunks.
 // Here warp w takes 128-wide K chunks w, w + KS, ... (one scale block each). A chunk of the tile's
 // 16 rows is 2 KB: 4 loads per lane, each covering 4 rows x 128 contiguous bytes (lane l: row
 // l / 8 + 4i, bytes 16 (l % 8) ..), staged through the warp's own 2 KB of shared memory and read

@@ -30,7 +30,6 @@ template <int MT>
 cudaError_t launch_mma_lines(const Problem& p, cudaStream_t s);
 template <int MT>
 const char* mma_rejects(const Problem& p);
-template <int MT>
 const char* lines_rejects(const Problem& p);
 const char* small_grid_t16_rejects(const Problem& p);
 const char* aligned_x_rejects(const Problem& p);
@@ -45,14 +44,15 @@ struct GemvRow {
 
 // Ordered: the first row with max_m >= M whose precondition holds wins.
 constexpr GemvRow kRows[] = {
+    {{"gemv_mma_t8_lines", 8,
+      "t8 with the weight read in whole 128-byte lines staged through shared memory, where each warp walks >= 3 "
+      "line chunks and the grid is not pinned: H200 0.91-0.97x t8's time at all 24 such points (6 shapes, M = 1..8), "
+      "1.00-1.16x on the other 9 shapes (gemv/NOTES.md, 2026-11-30)"},
+     &lines_rejects, &launch_mma_lines<1>},
     {{"gemv_mma_t8", 8,
       "tensor-core mma, one 8-token tile, 2 windows in flight per warp: H200 full linear 1.57x the floor at "
       "M = 1 (geomean of 15 shapes, best peer 2.16x), time flat from M = 1 to 8 (gemv/NOTES.md)"},
      &mma_rejects<1>, &launch_mma<1, 2, true>},
-    {{"gemv_mma_t8_lines", 8,
-      "candidate (forced only: t8 takes every problem it accepts): t8 with the weight loaded in whole 128-byte "
-      "lines and staged through shared memory; H200 probe: t8's load pattern alone 1.4-2.1x a stream"},
-     &lines_rejects<1>, &launch_mma_lines<1>},
     {{"gemv_mma_t16_ks32", 16,
       "t16's two 8-token tiles in one 32-warp block per SM, where the grid has <= 1 block per SM (N <= 16 x "
       "SMs): twice the loads in flight; H200 2112x7168 at M = 16 7.39 us vs t16's 9.28 (gemv/NOTES.md)"},
@@ -61,10 +61,6 @@ constexpr GemvRow kRows[] = {
       "tensor-core mma, two 8-token tiles for M = 9..16, 1 window in flight (2 blocks per SM): H200 1.2-1.45x "
       "t8's time at M = 16, slower than DeepGEMM on 7 of 15 shapes there (gemv/NOTES.md)"},
      &mma_rejects<2>, &launch_mma<2, 1, false>},
-    {{"gemv_mma_t16_lines", 16,
-      "candidate (forced only: t16 takes every problem it accepts): t16 with the weight loaded in whole 128-byte "
-      "lines and staged through shared memory (see gemv_mma_t8_lines)"},
-     &lines_rejects<2>, &launch_mma_lines<2>},
     {{"gemv_fma_r1_c4_u4", 1,
       "M = 1 without the mma preconditions: 4 columns x 4 loads in flight per lane took 8192x2048 from 2.3 to "
       "3.1 TB/s on H200 (seed 000 sec 5.4); needs N >= 4096 to fill the GPU"},
@@ -118,11 +114,19 @@ const char* mma_rejects(const Problem& p) {
   return aligned_x_rejects(p);
 }
 
-// Whole 128-wide chunks per warp (one scale block each).
-template <int MT>
+// Where the whole-line row measured faster than t8 (H200, gemv/NOTES.md): whole 128-wide chunks
+// (one scale block each), at least kLinesMinChunks of them per warp (with fewer, e.g. 4096x4096 at
+// 2 per warp, it tied or lost), and not on the pinned grids, where t8 keeps 3 blocks per SM and
+// the staged row's shared memory and registers allow 2 (1.07-1.16x t8's time there).
+constexpr int kLinesMinChunks = 3;
+
 const char* lines_rejects(const Problem& p) {
-  if (const char* why = mma_rejects<MT>(p)) return why;
+  if (const char* why = mma_rejects<1>(p)) return why;
   if (p.k % kBlock != 0) return "K must be a multiple of 128 (whole 128-byte weight lines per warp step)";
+  if (p.k / kBlock < int64_t(kLinesMinChunks) * ksplit(p.n))
+    return "fewer than 3 128-wide K chunks per warp: the staging does not pay off there (t8 is as fast)";
+  if (pins_residency((p.n + kMmaCols - 1) / kMmaCols, p.sm_count, ksplit(p.n), 1))
+    return "a grid t8 pins at 3 blocks per SM: t8 is faster there";
   return nullptr;
 }
 
