@@ -91,15 +91,18 @@ def _check(m, n, k, out_dtype, row, *, seed=0, positive=False):
 
 
 def test_table_shape():
-    """Names unique, bounds increasing, last row unbounded, every row has a reason."""
+    """Names unique, bounds increasing up to the first unbounded row, every row has a reason; rows
+    after the first unbounded one are never selected and must say they are forced-only candidates."""
     rows = ops.tile_table("gemm")
     assert rows, "the SM90 GEMM tile table is empty"
     names = [r["name"] for r in rows]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90_") and r["reason"] for n, r in zip(names, rows))
     bounds = [r["max_m"] for r in rows]
-    assert bounds[-1] is None, "the last row must be unbounded"
-    assert all(isinstance(b, int) for b in bounds[:-1]) and bounds[:-1] == sorted(set(bounds[:-1]))
+    assert None in bounds, "some row must be unbounded"
+    selectable = bounds[:bounds.index(None)]
+    assert all(isinstance(b, int) for b in selectable) and selectable == sorted(set(selectable))
+    assert all(r["reason"].startswith("candidate (forced only") for r in rows[bounds.index(None) + 1:])
 
 
 @pytest.mark.parametrize("m", [1, 64, 65, 128, 129, 4096, 8192])

@@ -6,7 +6,7 @@
 //
 // Kernels: CUTLASS cooperative TMA/wgmma mainloop with blockwise scaling (sm90_kernel.cuh); each
 // row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu: sm90_swapab_128x32x128.cu,
-// sm90_swapab_128x64x128.cu, sm90_coop_128x128x128_c2x1.cu.
+// sm90_swapab_128x64x128.cu, sm90_coop_128x128x128_c2x1.cu, sm90_coop_128x128x128_c1x1.cu.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -45,6 +45,9 @@ const Sm90Row kRows[] = {
   make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperative>>("sm90_coop_128x128x128_c2x1", kUnboundedM,
       "128x128 cooperative, 2x1 cluster multicasts each weight tile to two M tiles: fastest from M = 256 up on "
       "5-8 of 8 shapes (vs 1x1: 2-16% faster at M = 8192; vs the stream-K scheduler: 3-10% faster)"),
+  make_row<Config<false, 128, 128, 1, 1, Schedule::kCooperative>>("sm90_coop_128x128x128_c1x1", kUnboundedM,
+      "candidate (forced only: the c2x1 row above takes every M): the same tile without the cluster, to settle "
+      "racecheck's report on c2x1 (gemm/NOTES.md) and re-measure what the cluster buys under the swizzled order"),
 };
 // clang-format on
 
