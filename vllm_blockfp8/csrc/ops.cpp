@@ -87,20 +87,15 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
                  (long long)m, name);
 }
 
-// The SM90 GEMM's persistent tile order. Default: along M with swizzle 8 from M = 2048 up, where it
-// was measured on the H200 (gemm/NOTES.md, "Tile order measured": 7168x16384 at M = 2048 / 4096 /
-// 8192 took 560 / 846 / 1987 us to 452 / 786 / 1574, the Qwen3-8B shapes moved within the noise,
-// and the GPU GEMM tests passed under it on ragged tile grids); CUTLASS's defaults (heuristic
-// order, swizzle 1) below 2048, which no measurement covers. BLOCKFP8_SM90_RASTER (heuristic |
-// along_m | along_n) and BLOCKFP8_SM90_SWIZZLE (1, 2, 4, 8), read once per process, override it
-// at every M (benchmark switches); ops.py validates both at import, nothing here throws mid-op.
+// BLOCKFP8_SM90_RASTER (heuristic | along_m | along_n) and BLOCKFP8_SM90_SWIZZLE (1, 2, 4, 8):
+// benchmark switches that replace the SM90 GEMM's default persistent tile order (gemm/sm90.cu,
+// along M / swizzle 8 from M = 2048) at every M, read once per process. Setting either one sets
+// both (the other at CUTLASS's default). ops.py validates both at import; nothing here throws.
 struct TileOrder {
   bool from_env = false;
   int raster = 0;
   int max_swizzle = 1;
 };
-
-constexpr int64_t kSwizzledOrderMinM = 2048;
 
 const TileOrder& sm90_env_tile_order() {
   static const TileOrder order = [] {
@@ -118,14 +113,6 @@ const TileOrder& sm90_env_tile_order() {
     return o;
   }();
   return order;
-}
-
-TileOrder sm90_tile_order(int64_t m) {
-  const TileOrder& env = sm90_env_tile_order();
-  if (env.from_env) return env;
-  TileOrder o;
-  if (m >= kSwizzledOrderMinM) o.raster = 1, o.max_swizzle = 8;
-  return o;
 }
 
 bool is_16bit(ScalarType t) { return t == ScalarType::BFloat16 || t == ScalarType::Half; }
@@ -251,9 +238,10 @@ Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const T
   p.m = m, p.n = n, p.k = k;
   p.out_bf16 = out_dtype == ScalarType::BFloat16;
   p.sm_count = dev.sm_count;
-  const TileOrder order = sm90_tile_order(m);
-  p.raster = order.raster;
-  p.max_swizzle = order.max_swizzle;
+  if (const TileOrder& order = sm90_env_tile_order(); order.from_env) {
+    p.raster = order.raster;
+    p.max_swizzle = order.max_swizzle;
+  }
   const int i = pick_row<GemmFamily>("gemm", int(row), p);
   log_row("gemm", gemm::row(i).name, m, n, k);
   std::optional<Tensor> workspace;

@@ -34,9 +34,10 @@ struct Problem {
   int64_t m = 0, n = 0, k = 0;
   bool out_bf16 = true;            // false: fp16
   int sm_count = 0;                // multiprocessors of the device (> 0; sizes persistent grids)
-  // Persistent tile order (an experiment switch, see ops.cpp's BLOCKFP8_SM90_RASTER/_SWIZZLE):
-  // raster 0 = CUTLASS's heuristic, 1 = along M, 2 = along N; max_swizzle 1, 2, 4 or 8.
-  int raster = 0;
+  // Persistent tile order: raster -1 = the arch file's default for this problem (sm90.cu), 0 =
+  // CUTLASS's heuristic, 1 = along M, 2 = along N; max_swizzle 1, 2, 4 or 8 (read when raster >= 0).
+  // ops.cpp sets them only from BLOCKFP8_SM90_RASTER / _SWIZZLE (benchmark switches).
+  int raster = -1;
   int max_swizzle = 1;
   void* workspace = nullptr;       // >= workspace_bytes(row, problem) bytes, 16-byte aligned
   size_t workspace_size = 0;
@@ -53,7 +54,8 @@ const char* rejects(int i, const Problem& p);
 int select(const Problem& p);
 
 // Device scratch that launch(i, p) needs (stream-K partial tiles and their flags); 0 when none.
-// Depends on m, n, k and sm_count only, so the caller can size it before filling the pointers.
+// Depends on m, n, k, sm_count and the tile order only, so the caller can size it before filling
+// the pointers.
 // launch() zeroes what it needs on the stream itself, so the buffer may come uninitialized.
 size_t workspace_bytes(int i, const Problem& p);
 

@@ -78,6 +78,23 @@ const char* rejects_any(const Problem& p) {
   return nullptr;
 }
 
+// Default persistent tile order (Problem::raster == -1): along M with swizzle 8 from M = 2048 up,
+// where it was measured on the H200 (NOTES.md, "Tile order measured": 7168x16384 at M = 2048 /
+// 4096 / 8192 took 560 / 846 / 1987 us to 452 / 786 / 1574, the Qwen3-8B shapes moved within the
+// noise, and the GPU GEMM tests passed under it on ragged tile grids); CUTLASS's defaults
+// (heuristic order, swizzle 1) below, where no measurement covers it. Only the unbounded rows see
+// M >= 2048. Resolved in one place so the workspace size and the launch agree.
+constexpr int64_t kSwizzledOrderMinM = 2048;
+
+Problem with_tile_order(Problem p) {
+  if (p.raster < 0) {
+    const bool swizzled = p.m >= kSwizzledOrderMinM;
+    p.raster = swizzled ? 1 : 0;
+    p.max_swizzle = swizzled ? 8 : 1;
+  }
+  return p;
+}
+
 }  // namespace
 
 int num_rows() { return kNumRows; }
@@ -99,7 +116,7 @@ int select(const Problem& p) {
 size_t workspace_bytes(int i, const Problem& p) {
   // Only the sizes matter here (the caller sizes the buffer before filling the pointers).
   if (i < 0 || i >= kNumRows || p.m < 1 || p.n < 1 || p.k < 128 || p.sm_count <= 0) return 0;
-  return kRows[i].workspace(p);
+  return kRows[i].workspace(with_tile_order(p));
 }
 
 cudaError_t launch(int i, const Problem& p, cudaStream_t s) {
@@ -107,7 +124,7 @@ cudaError_t launch(int i, const Problem& p, cudaStream_t s) {
   if (p.m == 0) return cudaSuccess;
   if (p.a == nullptr || p.b == nullptr || p.a_scale == nullptr || p.b_scale == nullptr || p.d == nullptr)
     return cudaErrorInvalidValue;
-  return kRows[i].launch(p, s);
+  return kRows[i].launch(with_tile_order(p), s);
 }
 
 }  // namespace blockfp8::gemm
