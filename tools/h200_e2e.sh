@@ -14,9 +14,10 @@
 #   fidelity       420  evals.fidelity on SmolLM2-135M (needs the SmolLM2 archive unpacked)
 #   fidelity_q3    420  evals.fidelity on the 4-layer Qwen3-8B-shaped random model
 #   lm_eval        420  evals.run_lm_eval on SmolLM2-135M (needs lm-eval: .whl/lmeval/*.whl)
-#   tp2            420  evals.fidelity, blockfp8 at tensor parallel 2 against 1, then bf16 at 2
+#   tp2            420  the serve smoke test at tensor parallel 2 (`vllm serve -tp 2`), then
+#                       evals.fidelity, blockfp8 at tensor parallel 2 against 1, then bf16 at 2
 #                       against 1 (the yardstick), 4-layer Qwen3 shape (two GPUs: nvidia-h200-x2);
-#                       each of the two steps has the cap
+#                       each of the three steps has the cap
 #   latency        480  benchmarks/serving/run_serving.py --stages latency
 #   throughput     480  ... --stages throughput
 #   serve_sweep    480  ... --stages serve (concurrency 1, 4, 16, 64)
@@ -261,12 +262,17 @@ for stage in "$@"; do
       else
         # blockfp8 at tp 2 against tp 1, and bf16 at tp 2 against tp 1: what sharding alone moves
         # on this model (bf16 partial sums rounded before the all-reduce), the yardstick for the first.
-        need_q3 "$Q3S" 4 && step tp2 "$(cap tp2 420)" "$PY" -m evals.fidelity --bf16 "$Q3S/bf16" \
-          --fp8block "$Q3S/fp8block" --out "$E2E/tp2-q3" --variants blockfp8,blockfp8-tp2 \
-          --reference blockfp8 --timeout-s 150 \
-        && step tp2_bf16 "$(cap tp2 420)" "$PY" -m evals.fidelity --bf16 "$Q3S/bf16" \
-          --fp8block "$Q3S/fp8block" --out "$E2E/tp2-q3-bf16" --variants bf16,bf16-tp2 \
-          --reference bf16 --timeout-s 150
+        # First the serve test itself at -tp 2 (OpenAI completions and chat through `vllm serve`).
+        need_q3 "$Q3S" 4 && {
+          step tp2_serve "$(cap tp2 420)" "$PY" /tmp/vk_tools/serve_smoke.py "$Q3S/fp8block" \
+            --attention-backend TRITON_ATTN --quantization blockfp8 --tensor-parallel-size 2
+          step tp2 "$(cap tp2 420)" "$PY" -m evals.fidelity --bf16 "$Q3S/bf16" \
+            --fp8block "$Q3S/fp8block" --out "$E2E/tp2-q3" --variants blockfp8,blockfp8-tp2 \
+            --reference blockfp8 --timeout-s 150
+          step tp2_bf16 "$(cap tp2 420)" "$PY" -m evals.fidelity --bf16 "$Q3S/bf16" \
+            --fp8block "$Q3S/fp8block" --out "$E2E/tp2-q3-bf16" --variants bf16,bf16-tp2 \
+            --reference bf16 --timeout-s 150
+        }
       fi ;;
     lm_eval)
       # SmolLM2 when its archive is there; else the random 4-layer model, where accuracy is chance
