@@ -66,9 +66,8 @@ def _row_accepts(name: str, m: int, n: int, k: int) -> bool:
             fits = fits and torch.cuda.get_device_capability(0) >= (9, 0)
         if name.endswith("_lines"):  # whole lines, >= 3 per warp, not on a pinned grid
             ks = 8 if n >= 8192 else 16
-            tiles = -(-n // 16)
             sms = torch.cuda.get_device_properties(0).multi_processor_count
-            pinned = ks == 16 and 2 * sms < tiles <= 3 * sms
+            pinned = ops.gemv_pins_residency(-(-n // 16), sms, ks, 1)  # unit-tested on its own
             fits = fits and k % 128 == 0 and k // 128 >= 3 * ks and not pinned
         return fits
     if name == "gemv_fma_r1_c4_u4":

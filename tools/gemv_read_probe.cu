@@ -27,6 +27,8 @@
 //   ./probe out.json
 #include <cuda_runtime.h>
 
+#include "../vllm_blockfp8/csrc/gemv/gemv.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -164,18 +166,17 @@ struct Shape {
   int n, k;
 };
 
-// The real table's entry point per shape (gemv/gemv.h: ksplit, pins_residency): KS 8 for
-// n >= 8192 (4 blocks of 8 warps per SM at 62 registers), else KS 16 with 2 blocks per SM, or 3
-// when the grid is just past two blocks per SM (the pinned entry point).
+// The real t8 launch per shape, from the extension's own rules (gemv.h: ksplit, pins_residency),
+// and the blocks per SM it gets: at 62 registers 4 blocks of 8 warps or 2 of 16; the pinned entry
+// point's 40-register cap fits 3.
 struct Launch {
   int ks, blocks_per_sm;
 };
 
 Launch real_launch(int n, int sms) {
-  const int tiles = (n + 15) / 16;
-  if (n >= 8192) return {8, 4};
-  if (tiles > 2 * sms && tiles <= 3 * sms) return {16, 3};
-  return {16, 2};
+  const int ks = blockfp8::gemv::ksplit(n);
+  if (ks == 8) return {8, 4};
+  return {ks, blockfp8::gemv::pins_residency((n + 15) / 16, sms, ks, 1) ? 3 : 2};
 }
 
 // Dynamic shared memory that leaves room for exactly `blocks` blocks per SM.
