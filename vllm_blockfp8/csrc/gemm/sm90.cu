@@ -6,7 +6,8 @@
 //
 // Kernels: CUTLASS cooperative TMA/wgmma mainloop with blockwise scaling (sm90_kernel.cuh); each
 // row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu: sm90_swapab_128x32x128.cu,
-// sm90_swapab_128x64x128.cu, sm90_coop_128x128x128_c2x1.cu, sm90_coop_128x128x128_c1x1.cu.
+// sm90_swapab_128x64x128.cu, sm90_coop_128x128x128_c2x1.cu, sm90_coop_128x128x128_c1x1.cu,
+// sm90_coop_128x128x128_c2x1_ovl.cu (its consumer loop: sm90_overlap_mainloop.cuh).
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -33,9 +34,9 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason) 
 }
 
 // clang-format off
-// Tile table, first fitting row wins. Config<swap_ab, tile_m, tile_n, cluster_m, cluster_n, schedule>
-// in the kernel's operand order (weights x tokens when swapped). Each row is instantiated in
-// sm90_<name>.cu. Reasons quote GEMM-only times on the H200 (NOTES.md has the tables).
+// Tile table, first fitting row wins. Config<swap_ab, tile_m, tile_n, cluster_m, cluster_n, schedule
+// [, overlap_promotion]> in the kernel's operand order (weights x tokens when swapped). Each row is
+// instantiated in sm90_<name>.cu. Reasons quote GEMM-only times on the H200 (NOTES.md has the tables).
 const Sm90Row kRows[] = {
   make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK>>("sm90_swapab_128x32x128", 64,
       "swap-AB puts tokens on the cheap wgmma N side (32 wide); each CTA is K-block latency bound, so many small "
@@ -48,6 +49,9 @@ const Sm90Row kRows[] = {
   make_row<Config<false, 128, 128, 1, 1, Schedule::kCooperative>>("sm90_coop_128x128x128_c1x1", kUnboundedM,
       "candidate (forced only: the c2x1 row above takes every M): the same tile without the cluster, to settle "
       "racecheck's report on c2x1 (gemm/NOTES.md) and re-measure what the cluster buys under the swizzled order"),
+  make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperative, true>>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
+      "candidate (forced only: the c2x1 row above takes every M): c2x1 with the next K block's wgmma in flight "
+      "during the promotion (two temporary fragments, sm90_overlap_mainloop.cuh), gemm/NOTES.md"),
 };
 // clang-format on
 

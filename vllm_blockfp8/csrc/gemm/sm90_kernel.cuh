@@ -7,6 +7,8 @@
 // FP8 accumulation precision to one 128-deep block (NOTES.md, Numerics). The epilogue converts once
 // to bf16/fp16 and stores through TMA. Out-of-range rows/columns of ragged tiles are zero-filled by TMA loads and
 // clipped by the TMA store; the weight-scale loader predicates the scale block past ceil(n / 128).
+// Rows with Config::kOverlapPromotion keep this collective but run the consumer loop of
+// sm90_overlap_mainloop.cuh (promotion of block k-1 under block k's wgmma; the same arithmetic).
 //
 // Operand roles. Unswapped: kernel-A = activations (M = m), kernel-B = weights (N = n); scale
 // granularity (1, 128, 128): SFA per token and M-major, SFB per 128x128 block and K-major.
@@ -36,6 +38,7 @@
 #include "cutlass/numeric_types.h"
 
 #include "sm90_kernel.h"
+#include "sm90_overlap_mainloop.cuh"
 
 namespace blockfp8::gemm::sm90 {
 
@@ -78,7 +81,7 @@ struct Gemm {
       void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD,
       EpilogueSchedule, Fusion>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       ElementAB, cute::tuple<LayoutA, LayoutSFA>, kAlignAB,
       ElementAB, cute::tuple<LayoutB, LayoutSFB>, kAlignAB,
@@ -86,6 +89,11 @@ struct Gemm {
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
+  // The same collective with our consumer loop (promotion of block k-1 under block k's wgmma);
+  // only mma/mma_tail differ, so shared storage, stages and the kernel are unchanged.
+  static_assert(!Cfg::kOverlapPromotion || !kSwap, "the overlapped mainloop supports unswapped rows only");
+  using CollectiveMainloop = std::conditional_t<Cfg::kOverlapPromotion, OverlapPromotionMainloop<BuiltMainloop>,
+                                                BuiltMainloop>;
 
   using Scheduler = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler,
                                        cutlass::gemm::PersistentScheduler>;

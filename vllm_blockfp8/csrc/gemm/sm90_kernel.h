@@ -23,7 +23,11 @@ enum class Schedule {
 // kTileM / kTileN are the kernel's CTA tile in ITS operand order (weights x tokens when swapped).
 // Both schedules run two consumer warpgroups on one tile (CUTLASS's cooperative FP8 blockwise
 // kernel): one warpgroup's promotion FMAs overlap the other's wgmma.
-template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_>
+// kOverlapPromotion: our consumer loop (sm90_overlap_mainloop.cuh) also overlaps each warpgroup's
+// promotion with its own next K block's wgmma; unswapped rows only. Defaulted so that the rows
+// that do not ask for it keep their CUTLASS mainloop unchanged.
+template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_,
+          bool kOverlapPromotion_ = false>
 struct Config {
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr int kTileM = kTileM_;
@@ -32,6 +36,7 @@ struct Config {
   static constexpr int kClusterM = kClusterM_;
   static constexpr int kClusterN = kClusterN_;
   static constexpr Schedule kSchedule = kSchedule_;
+  static constexpr bool kOverlapPromotion = kOverlapPromotion_;
 };
 
 // Defined in sm90_kernel.cuh; instantiated once per configuration in its sm90_<row>.cu file.
