@@ -7,6 +7,7 @@ activations and their scales; full-linear floors count 16-bit activations.
 
   python -m benchmarks.bench_gemm                         # M = 32..256 and 1024..8192, both ops
   python -m benchmarks.bench_gemm --ops gemm --rows --m 128,4096
+  python -m benchmarks.bench_gemm --ops gemm --rows ROW_A,ROW_B --peers none   # two rows, that order
   python -m benchmarks.bench_gemm --dry-run               # no GPU: fake timings
 """
 
@@ -39,7 +40,14 @@ def our_variants(args, op, ops, ops_why, copies, checker, m, n, k) -> list[harne
         check=None if dry else checker.linear(*kinds),
         factory=lambda i: (lambda c=copies[i]: call(c)))]
     if args.rows and op == "gemm":
-        for i, r in enumerate(peers.forced_rows(ops, "gemm", dry)):
+        rows = list(enumerate(peers.forced_rows(ops, "gemm", dry)))
+        if args.rows != "all":  # the named rows, in the order given (alternate it between runs)
+            by_name = {r["name"]: (i, r) for i, r in rows}
+            unknown = [x for x in args.rows.split(",") if x not in by_name]
+            if unknown:
+                raise SystemExit(f"--rows: no GEMM row named {', '.join(unknown)}; rows: {', '.join(by_name)}")
+            rows = [by_name[x] for x in args.rows.split(",")]
+        for i, r in rows:
             out.append(harness.Variant(
                 f"ours@{r['name']}", row=r["name"], strict=False,
                 check=None if dry else checker.linear("w8a8"),
@@ -51,7 +59,8 @@ def main(argv=None) -> int:
     parser = harness.common_parser(__doc__, shapes.MID_M + shapes.PREFILL_M)
     parser.add_argument("--ops", choices=("gemm", "linear", "both"), default="both",
                         help="GEMM only, full linear, or both (default)")
-    parser.add_argument("--rows", action="store_true", help="also time every forced GEMM row")
+    parser.add_argument("--rows", nargs="?", const="all", default=None,
+                        help="also time forced GEMM rows: every row, or the comma-separated names given")
     args = parser.parse_args(argv)
     runner = harness.start(SCRIPT, args)
     ms = harness.parse_m(args.m)
