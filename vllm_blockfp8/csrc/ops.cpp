@@ -213,7 +213,6 @@ Tensor run_gemv(const Tensor& x, const Tensor& b, const Tensor& b_scale, int64_t
   p.m = m, p.n = n, p.k = k, p.x_stride = x.stride(0), p.out_stride = n;
   p.bf16 = x.scalar_type() == ScalarType::BFloat16;
   p.sm_count = dev.sm_count;
-  p.cc = dev.cc;
   const int i = pick_row<GemvFamily>("gemv", int(row), p);
   log_row("gemv", gemv::row(i).name, m, n, k);
   if (m > 0) check_cuda(gemv::launch(i, p, current_stream(x)), gemv::row(i).name);

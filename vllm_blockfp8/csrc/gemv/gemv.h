@@ -31,7 +31,6 @@ struct Problem {
   int64_t x_stride = 0, out_stride = 0;  // in elements
   bool bf16 = true;                      // false: fp16 (x and out)
   int sm_count = 0;                      // multiprocessors (residency pin, gemv_mma_t16_ks32 precondition)
-  int cc = 0;                            // compute capability x 10 (gemv_mma_t8_pdl needs >= 90)
 };
 
 // Rows of the table in selection order (data at the top of sm80.cu; the last one is unbounded).

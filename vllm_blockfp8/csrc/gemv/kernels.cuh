@@ -462,28 +462,6 @@ __global__ void __launch_bounds__(32 * 32, 1) mma_kernel_ks32(const Args<T> a) {
   mma_body<32, MT, U, T>(a);
 }
 
-// Candidate row gemv_mma_t8_pdl (forced only until measured): the t8 kernel launched with
-// programmatic dependent launch (SM90+). The grid may then be launched while the previous kernel
-// in the stream is still finishing; griddepcontrol.wait holds every load of x (which that kernel
-// may write) until it has completed and its writes are visible. The weight and scale loads do not
-// depend on it (they are asm / __ldg of data no kernel of a forward pass writes), but they are
-// issued after the wait too: the win sought is the launch latency (~1.1 us per graph node, a third
-// of the small weights' floor), not earlier loads. The kernel never triggers its dependents early,
-// so the next kernel starts only when this one has finished, as without PDL: a harness timing
-// back-to-back GEMVs sees what a model would. Below SM90 the wait compiles to nothing and the row
-// rejects the device.
-__device__ __forceinline__ void wait_for_prior_grids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-template <int KS, int MT, int U, typename T>
-__global__ void mma_kernel_pdl(const Args<T> a) {
-  wait_for_prior_grids();
-  mma_body<KS, MT, U, T>(a);
-}
-
 // Row gemv_mma_t8_lines: the t8 math (MT token tiles; only MT = 1 is in the table) with the weight
 // read in whole 128-byte lines. The register kernel's lane mapping makes each warp load touch 8
 // rows x 64 bytes, i.e. 8 half-used cache lines; the H200 read-pattern probe

@@ -28,8 +28,6 @@ template <int MT, int U>
 cudaError_t launch_mma_ks32(const Problem& p, cudaStream_t s);
 template <int MT>
 cudaError_t launch_mma_lines(const Problem& p, cudaStream_t s);
-cudaError_t launch_mma_pdl(const Problem& p, cudaStream_t s);
-const char* pdl_rejects(const Problem& p);
 template <int MT>
 const char* mma_rejects(const Problem& p);
 const char* lines_rejects(const Problem& p);
@@ -55,10 +53,6 @@ constexpr GemvRow kRows[] = {
       "tensor-core mma, one 8-token tile, 2 windows in flight per warp: H200 full linear 1.57x the floor at "
       "M = 1 (geomean of 15 shapes, best peer 2.16x), time flat from M = 1 to 8 (gemv/NOTES.md)"},
      &mma_rejects<1>, &launch_mma<1, 2, true>},
-    {{"gemv_mma_t8_pdl", 8,
-      "candidate (forced only: t8 takes every problem it accepts): t8 (no pinned entry point) launched with "
-      "programmatic dependent launch, SM90+, to hide the ~1.1 us launch of launch-bound small weights (gemv/NOTES.md)"},
-     &pdl_rejects, &launch_mma_pdl},
     {{"gemv_mma_t16_ks32", 16,
       "t16's two 8-token tiles in one 32-warp block per SM, where the grid has <= 1 block per SM (N <= 16 x "
       "SMs): twice the loads in flight; H200 2112x7168 at M = 16 7.39 us vs t16's 9.28 (gemv/NOTES.md)"},
@@ -133,13 +127,6 @@ const char* lines_rejects(const Problem& p) {
     return "fewer than 3 128-wide K chunks per warp: the staging does not pay off there (t8 is as fast)";
   if (pins_residency((p.n + kMmaCols - 1) / kMmaCols, p.sm_count, ksplit(p.n), 1))
     return "a grid t8 pins at 3 blocks per SM: t8 is faster there";
-  return nullptr;
-}
-
-// griddepcontrol and the programmatic-serialization launch attribute exist from SM90 on.
-const char* pdl_rejects(const Problem& p) {
-  if (const char* why = mma_rejects<1>(p)) return why;
-  if (p.cc < 90) return "programmatic dependent launch needs SM90 or newer";
   return nullptr;
 }
 
@@ -228,27 +215,6 @@ cudaError_t launch_mma_lines(const Problem& p, cudaStream_t s) {
     else mma_lines_kernel<16, MT, __half><<<grid, 32 * 16, 0, s>>>(args<__half>(p));
   }
   return cudaGetLastError();
-}
-
-template <typename T>
-cudaError_t launch_mma_pdl_t(const Problem& p, cudaStream_t s) {
-  const int ks = ksplit(p.n);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned((p.n + kMmaCols - 1) / kMmaCols));
-  cfg.blockDim = dim3(unsigned(32 * ks));
-  cfg.stream = s;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  const Args<T> a = args<T>(p);
-  return ks == 8 ? cudaLaunchKernelEx(&cfg, mma_kernel_pdl<8, 1, 2, T>, a)
-                 : cudaLaunchKernelEx(&cfg, mma_kernel_pdl<16, 1, 2, T>, a);
-}
-
-cudaError_t launch_mma_pdl(const Problem& p, cudaStream_t s) {
-  return p.bf16 ? launch_mma_pdl_t<__nv_bfloat16>(p, s) : launch_mma_pdl_t<__half>(p, s);
 }
 
 }  // namespace

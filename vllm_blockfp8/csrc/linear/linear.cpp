@@ -45,7 +45,6 @@ Table table(int cc) {
 gemv::Problem gemv_shape(const Shape& s) {
   gemv::Problem p{};
   p.m = s.m, p.n = s.n, p.k = s.k, p.x_stride = s.k, p.out_stride = s.n, p.bf16 = true, p.sm_count = s.sm_count;
-  p.cc = s.cc;
   return p;
 }
 
