@@ -19,7 +19,8 @@
 #                       against 1 (the yardstick), 4-layer Qwen3 shape (two GPUs: nvidia-h200-x2);
 #                       each of the three steps has the cap
 #   latency        480  benchmarks/serving/run_serving.py --stages latency
-#   throughput     480  ... --stages throughput
+#   throughput     480  ... --stages throughput; each variant runs twice (untimed warm-up run, then the
+#                       timed run), each 70-230 s with its engine start: budget ~300-400 s per variant
 #   serve_sweep    480  ... --stages serve (concurrency 1, 4, 16, 64)
 #   profile        480  ... --stages profile: prefill and batch-1 decode under vLLM's torch profiler, GPU kernel time
 #                       per token per layer by category (kernel_profile.py), per variant
@@ -36,6 +37,8 @@
 # 4-layer model), VARIANTS (run_serving's, default
 # blockfp8,vllm-fp8-block,bf16; split a stage across calls with it), THROUGHPUT_CASES
 # (prefill,mixed; prefill with QUICK=1), PROFILE_CASES (prefill,decode), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
+# The model makers import this package: on a fresh machine start this script only after
+# `tools/h200_check.sh build` has installed it (a parallel start fails prep with ModuleNotFoundError).
 # Models are made once and kept in /tmp while the machine stays warm: /tmp/q3-<L>L (make_qwen3_8b),
 # /tmp/smollm2 (gguf_to_hf.py) and /tmp/smollm2-fp8 (python -m vllm_blockfp8 quantize).
 set -uo pipefail
