@@ -10,13 +10,14 @@ import pytest
 from benchmarks.serving import run_serving
 
 
-def _bench(tmp_path, monkeypatch, calls, quick=True, cases="prefill", profile_cases="prefill,decode"):
+def _bench(tmp_path, monkeypatch, calls, quick=True, cases="prefill", profile_cases="prefill,decode",
+           profile_prompts=0):
     monkeypatch.setattr(run_serving, "gpu_name", lambda: "test")
     monkeypatch.delenv("VLLM_DEEP_GEMM_WARMUP", raising=False)
     args = argparse.Namespace(fp8block=tmp_path / "fp8", bf16=tmp_path / "bf16", out=tmp_path / "out",
                               quick=quick, compile=False, gpu_mem=0.8, attention_backend="TRITON_ATTN",
                               budget_s=0, stage_cap_s=100, throughput_cases=cases,
-                              profile_cases=profile_cases)
+                              profile_cases=profile_cases, profile_prompts=profile_prompts)
     bench = run_serving.Bench(args)
 
     def fake_run(name, cmd, cap, env=None):
@@ -169,6 +170,18 @@ def test_profile_stage_runs_prefill_and_decode_under_the_torch_profiler_and_reco
     assert decode["categories"]["gemm: cuBLAS"] == 32.0 / (run_serving.DECODE_TOKENS * 4)
     table = "\n".join(report_serving.tables(bench.runs).values())
     assert "gemm: DeepGEMM" in table and "decode" in table
+
+
+def test_profile_prompts_sets_the_profiled_prefill_size(tmp_path, monkeypatch):
+    """--profile-prompts profiles a longer prefill run (e.g. the throughput case's 512 prompts,
+    to see GPU idle time that a 48-prompt window misses); the tokens per layer follow it."""
+    calls = []
+    bench = _bench(tmp_path, monkeypatch, calls, quick=False, profile_cases="prefill", profile_prompts=512)
+    monkeypatch.setattr(bench, "run", lambda name, cmd, cap, env=None: (calls.append(cmd), (0, 1.0, tmp_path / "x.log"))[1])
+    bench.profile("blockfp8")
+    [cmd] = calls
+    assert cmd[cmd.index("--num-prompts") + 1] == "512"
+    assert bench.runs[0]["tokens"] == 512 * run_serving.FULL["prefill"][0]
 
 
 def test_profile_stage_without_a_trace_fails_the_row(tmp_path, monkeypatch):

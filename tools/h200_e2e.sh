@@ -36,7 +36,7 @@
 # the serving model's depth), QUICK=1 (latency/throughput/serve_sweep/loadtest with --quick on the
 # 4-layer model), VARIANTS (run_serving's, default
 # blockfp8,vllm-fp8-block,bf16; split a stage across calls with it), THROUGHPUT_CASES
-# (prefill,mixed; prefill with QUICK=1), PROFILE_CASES (prefill,decode), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
+# (prefill,mixed; prefill with QUICK=1), PROFILE_CASES (prefill,decode), PROFILE_PROMPTS (48), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
 # The model makers import this package: on a fresh machine start this script only after
 # `tools/h200_check.sh build` has installed it (a parallel start fails prep with ModuleNotFoundError).
 # Models are made once and kept in /tmp while the machine stays warm: /tmp/q3-<L>L (make_qwen3_8b),
@@ -295,7 +295,8 @@ for stage in "$@"; do
         --variants "$VARIANTS" "${QFLAG[@]}" ;;
     profile)
       need_q3 "$Q3" "$LAYERS" && serving profile "$(cap profile 480)" "$Q3" --stages profile \
-        --variants "$VARIANTS" ${PROFILE_CASES:+--profile-cases "$PROFILE_CASES"} "${QFLAG[@]}" ;;
+        --variants "$VARIANTS" ${PROFILE_CASES:+--profile-cases "$PROFILE_CASES"} \
+        ${PROFILE_PROMPTS:+--profile-prompts "$PROFILE_PROMPTS"} "${QFLAG[@]}" ;;
     serving_quick)
       need_q3 "$Q3S" 4 && serving serving_quick "$(cap serving_quick 420)" "$Q3S" \
         --stages latency,throughput,serve --variants "$VARIANTS" --quick ;;

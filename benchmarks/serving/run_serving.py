@@ -221,7 +221,7 @@ class Bench:
                 "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True,
                 "torch_profiler_dump_cuda_time_total": False})]
             if case == "prefill":
-                n = self.p["profile_prompts"]
+                n = self.a.profile_prompts or self.p["profile_prompts"]
                 cmd, tokens = self.throughput_cmd(model, eargs, "prefill", n, cfg), n * self.p["prefill"][0]
             else:
                 cmd, tokens = self.latency_cmd(model, eargs, 8, 1, 1, cfg), DECODE_TOKENS
@@ -459,6 +459,9 @@ def main() -> int:
                     help="prefill,mixed (default; --quick: prefill only, to fit ~6 minutes)")
     ap.add_argument("--profile-cases", default="prefill,decode",
                     help="cases of the profile stage: prefill, decode")
+    ap.add_argument("--profile-prompts", type=int, default=0,
+                    help="prompts of the profiled prefill case (default 48, --quick 16; the throughput "
+                         "case's 512 profiles every step of that run, with a large trace)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--compile", action="store_true", help="keep torch.compile in --quick")
     ap.add_argument("--gpu-mem", type=float, default=0.85)
