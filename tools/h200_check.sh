@@ -15,6 +15,8 @@
 #   bench_gemm_order GEMM only at M = 2048..8192 under each BLOCKFP8_SM90_RASTER:SWIZZLE in GEMM_ORDERS
 #   tests_gemm_order the GPU GEMM tests under each setting of GEMM_ORDERS at every M (ragged tile grids)
 #   gemv_probe   tools/gemv_read_probe.cu: the GEMV's weight-load pattern alone vs a plain stream
+#   host_overhead tools/host_overhead.py: host vs GPU time per eager linear call (prefill chunks run
+#                outside CUDA graphs in vLLM)
 #   ncu          Nsight Compute sections for the launches in NCU_SPECS (tools/ncu_rows.py specs)
 #   demo         python -m vllm_blockfp8 demo (needs the offline vLLM bundle unpacked and sourced)
 #   quick, memcheck                                                          short variants
@@ -113,6 +115,7 @@ for s in "$@"; do
            python3 tools/ncu_rows.py ${NCU_SPECS:-gemv:gemv_mma_t8:1x2112x7168} ;;
     gemv_probe) stage gemv_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   tools/gemv_read_probe.cu -o /tmp/gemv_read_probe && /tmp/gemv_read_probe benchmarks/results/gemv_read_probe.json' ;;
+    host_overhead) stage host_overhead 90 python3 tools/host_overhead.py --json benchmarks/results/host_overhead.json ;;
     bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none \
                        --json benchmarks/results/bench_gemm_rows.json --plot benchmarks/results/bench_gemm_rows.png ;;
     bench_crossover) stage bench_crossover 200 python3 -m benchmarks.bench_gemv --m 8,16,24,32,48,64 \
