@@ -146,23 +146,58 @@ def test_long_k_all_positive(row, m, out_dtype):
     _check(m, 256, 16384, out_dtype, row, seed=3, positive=True)
 
 
-@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
-@pytest.mark.parametrize("m,n,k,positive", [
+# K-block counts and grids for the consumer loops (m, n, k, all-positive operands).
+K_BLOCK_CASES = [
     (1, 256, 128, False),       # one K block: the overlapped loop never overlaps, only drains
     (83, 576, 256, False),      # two blocks: the last one drains from the second fragment
     (4096, 2112, 384, False),   # three blocks, several tiles per CTA: the stage ring wraps mid-tile
     (1000, 4096, 1152, False),  # nine blocks
     (4096, 4096, 7168, False),  # 56 blocks, ~8 tiles per CTA, the swizzled tile order
-    (128, 256, 16384, True),    # long K, all positive
-])
+    (128, 256, 16384, True),    # long K, all positive (swap rows: stream-K, 2-8 tiles split over many CTAs)
+    (48, 2112, 12288, False),   # 96 blocks, ragged N and M, 17-34 swap tiles: the swap rows' stream-K
+                                # decomposition (k / 128 >= 96 and 2 * tiles < SMs) with partial tiles
+                                # reduced through the workspace
+]
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("m,n,k,positive", K_BLOCK_CASES)
 @pytest.mark.parametrize("row", ROWS)
 def test_k_block_counts(row, m, n, k, positive, out_dtype):
-    """1, 2, 3, 9, 56 and 128 K blocks on every row: the overlapped consumer loop
+    """1, 2, 3, 9, 56, 96 and 128 K blocks on every row: the overlapped consumer loop
     (sm90_overlap_mainloop.cuh) has separate paths for an odd and an even block count and for a
-    single block, and the pipeline's stage ring wraps at different points (K = 128 is only here).
-    Before the CUTLASS-loop row was deleted, this case list showed the overlapped row bitwise equal
-    to it on the H200 (gemm/NOTES.md)."""
+    single block, the pipeline's stage ring wraps at different points (K = 128 is only here), and
+    the swap rows' stream-K units hand it partial tiles. Before the CUTLASS-loop 128x128 row was
+    deleted, this case list showed the overlapped row bitwise equal to it on the H200
+    (gemm/NOTES.md); test_overlapped_promotion_same_bits does so for the pairs that remain."""
     _check(m, n, k, out_dtype, row, seed=7, positive=positive)
+
+
+# Rows with the overlapped consumer loop (sm90_overlap_mainloop.cuh) next to the row they must
+# match bit for bit: the same row name without the "_ovl" suffix, where that row still exists
+# (the swap-AB candidates and their swap rows; the 128x128 row's base was deleted).
+SAME_BITS = [(r, r.removesuffix("_ovl")) for r in ROWS if r.endswith("_ovl") and r.removesuffix("_ovl") in ROWS]
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("m,n,k,positive", K_BLOCK_CASES)
+@pytest.mark.parametrize("rows", SAME_BITS, ids=lambda p: p[0])
+def test_overlapped_promotion_same_bits(rows, m, n, k, positive, out_dtype):
+    """The overlapped loop changes only when each promotion runs, not what it computes (same wgmma
+    per K block, same scale product in the base's operand order, same FFMA in K order from +0; the
+    stream-K fixup then sums the same partial tiles in the same order), so its output must equal the
+    base row's bit for bit; it must also pass the reference check."""
+    row, base = rows
+    a, a_scale, b, b_scale = _operands(m, n, k, seed=7, positive=positive)
+    poison_cuda_cache(m * n * 2)
+    got = ops.blockfp8_gemm(a, a_scale, b, b_scale, out_dtype, row=row)
+    poison_cuda_cache(m * n * 2)
+    want = ops.blockfp8_gemm(a, a_scale, b, b_scale, out_dtype, row=base)
+    diff = (got.view(torch.int16) != want.view(torch.int16)).nonzero()
+    assert diff.numel() == 0, (f"{row} vs {base} M={m} N={n} K={k} {out_dtype}: {diff.shape[0]} elements differ, "
+                               f"first at {tuple(diff[0].tolist())}: {got[tuple(diff[0])]} vs {want[tuple(diff[0])]}")
+    _assert_close(got, reference.gemm_ref(a, a_scale, b, b_scale), f"row={row} M={m} N={n} K={k} {out_dtype}",
+                  long_k=positive)
 
 
 @pytest.mark.parametrize("m", (5, 300))

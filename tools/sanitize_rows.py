@@ -4,8 +4,9 @@
     compute-sanitizer --tool racecheck python tools/sanitize_rows.py
     compute-sanitizer --tool racecheck python tools/sanitize_rows.py gemm:sm90_coop --case 1
 
-Arguments (optional): FAMILY[:ROW] prefixes select rows; --case I runs only the I-th case of each,
-so a hazard report can be tied to one launch.
+Arguments (optional): FAMILY[:ROW] prefixes select rows (a full FAMILY:ROW name selects that row
+only, not the rows whose names extend it, e.g. gemm:sm90_swapab_128x32x128 vs its _ovl candidate);
+--case I runs only the I-th case of each, so a hazard report can be tied to one launch.
 
 Covers every row of tile_table("quant") and tile_table("gemv") and, where this GPU has one,
 tile_table("gemm"). Shapes
@@ -44,7 +45,9 @@ def _quant_cases(row: dict):
 
 def _gemm_cases(row: dict):
     m = row["max_m"] if row["max_m"] is not None else 300
-    return [(m, 4096, 1024), (m, 520, 384)]
+    # Case 2: K = 12288 (96 blocks) on a 2-wide weight grid: the swap rows take their stream-K
+    # decomposition there (k / 128 >= 96 and 2 * tiles < SMs; partial tiles, workspace fixup).
+    return [(m, 4096, 1024), (m, 520, 384), (m, 256, 12288)]
 
 
 def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
@@ -90,9 +93,15 @@ def main(argv: list[str]) -> int:
         return 2
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     failed = 0
-    for family in ("quant", "gemv", "gemm"):
-        for row in ops.tile_table(family):
-            if only and not any(f"{family}:{row['name']}".startswith(o) for o in only):
+    tables = {family: ops.tile_table(family) for family in ("quant", "gemv", "gemm")}
+    full_names = {f"{family}:{row['name']}" for family, rows in tables.items() for row in rows}
+
+    def selected(name: str) -> bool:
+        return not only or any(name == o if o in full_names else name.startswith(o) for o in only)
+
+    for family, rows in tables.items():
+        for row in rows:
+            if not selected(f"{family}:{row['name']}"):
                 continue
             cases = {"quant": _quant_cases(row), "gemv": _gemv_cases(row, sm_count)}.get(family) or _gemm_cases(row)
             if case is not None:

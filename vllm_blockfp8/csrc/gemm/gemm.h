@@ -43,7 +43,8 @@ struct Problem {
   size_t workspace_size = 0;
 };
 
-// Rows of this arch's tile table, in selection order (the last one is unbounded in m).
+// Rows of this arch's tile table, in selection order (selection stops at the first row unbounded in m;
+// rows after it are forced-only candidates).
 int num_rows();
 const TileRow& row(int i);
 

@@ -8,7 +8,8 @@
 // to bf16/fp16 and stores through TMA. Out-of-range rows/columns of ragged tiles are zero-filled by TMA loads and
 // clipped by the TMA store; the weight-scale loader predicates the scale block past ceil(n / 128).
 // Rows with Config::kOverlapPromotion keep this collective but run the consumer loop of
-// sm90_overlap_mainloop.cuh (promotion of block k-1 under block k's wgmma; the same arithmetic).
+// sm90_overlap_mainloop.cuh (promotion of block k-1 under block k's wgmma; the same arithmetic),
+// unswapped or swapped, under either scheduler.
 //
 // Operand roles. Unswapped: kernel-A = activations (M = m), kernel-B = weights (N = n); scale
 // granularity (1, 128, 128): SFA per token and M-major, SFB per 128x128 block and K-major.
@@ -90,8 +91,9 @@ struct Gemm {
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
   // The same collective with our consumer loop (promotion of block k-1 under block k's wgmma);
-  // only mma/mma_tail differ, so shared storage, stages and the kernel are unchanged.
-  static_assert(!Cfg::kOverlapPromotion || !kSwap, "the overlapped mainloop supports unswapped rows only");
+  // only mma/mma_tail differ, so shared storage, stages, the kernel and both schedulers (persistent,
+  // stream-K with its fixup) are unchanged. Unswapped and swap-AB layouts (sm90_overlap_mainloop.cuh
+  // static_asserts what it supports).
   using CollectiveMainloop = std::conditional_t<Cfg::kOverlapPromotion, OverlapPromotionMainloop<BuiltMainloop>,
                                                 BuiltMainloop>;
 

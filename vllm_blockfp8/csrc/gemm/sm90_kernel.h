@@ -24,8 +24,8 @@ enum class Schedule {
 // Both schedules run two consumer warpgroups on one tile (CUTLASS's cooperative FP8 blockwise
 // kernel): one warpgroup's promotion FMAs overlap the other's wgmma.
 // kOverlapPromotion: our consumer loop (sm90_overlap_mainloop.cuh) also overlaps each warpgroup's
-// promotion with its own next K block's wgmma; unswapped rows only. Defaulted so that the rows
-// that do not ask for it keep their CUTLASS mainloop unchanged.
+// promotion with its own next K block's wgmma; unswapped and swap-AB rows, either schedule.
+// Defaulted so that the rows that do not ask for it keep their CUTLASS mainloop unchanged.
 template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_,
           bool kOverlapPromotion_ = false>
 struct Config {

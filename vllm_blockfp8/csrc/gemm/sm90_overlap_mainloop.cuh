@@ -1,27 +1,42 @@
 // SM90 (sm_90a) block-FP8 mainloop whose promotion overlaps the next K block's wgmma.
 //
-// Math: acc[m, n] = sum_kb fma(P_kb[m, n], SFA[m, kb] * SFB[n / 128, kb], acc), P_kb the fp32 wgmma
-// result of one 128-deep K block (fresh fragment per block), acc cleared to +0 first.
+// Math: acc[i, j] = sum_kb fma(P_kb[i, j], S_kb[i, j], acc), P_kb the fp32 wgmma result of one
+// 128-deep K block (fresh fragment per block), acc cleared to +0 first, S_kb the block's scale of
+// accumulator (row i, column j) in the kernel's operand order:
+//   unswapped rows: S = fl(SFA[i] * SFB_tile)  (SFA per token = per row, one weight-block SFB per tile)
+//   swap-AB rows:   S = fl(SFB[j] * SFA_tile)  (SFB per token = per column, one weight-block SFA per tile)
 // CUTLASS's blockwise-FP8 consumer waits for every block's wgmma (warpgroup_wait<0>) before it
 // promotes, so a warpgroup issues no tensor-core work during its promotion (only the other
 // warpgroup can fill the gap). Here block k's wgmma goes into one of
 // two temporary fragments while block k-1's fragment is promoted (wait<1>): 3 fp32 fragments per
-// thread, 192 of the 232 registers setmaxnreg gives a consumer at the 128x128 cooperative tile.
+// thread, 192 of the 232 registers setmaxnreg gives a consumer at the 128x128 cooperative tile
+// (48 at the 128x32 swap tile, 96 at 128x64).
 //
-// Layouts (the unswapped rows of sm90_kernel.cuh): SFA per token per 128 K, M-major, granularity
-// (1, 128, 128), so ScaleMsPerTile = tile M (TMA-loaded); SFB one scale per 128x128 weight block,
-// so ScaleNsPerTile = 1. Everything else (producer, scale loads, pipeline, shared storage, TMA,
-// epilogue, schedulers) is the CUTLASS collective this derives from; only mma/mma_tail differ.
+// Layouts (sm90_kernel.cuh). Unswapped: SFA per token per 128 K, granularity (1, 128, 128), so
+// ScaleMsPerTile = tile M (TMA-loaded), ScaleNsPerTile = 1 (cp.async). Swap-AB: granularity
+// (128, 1, 128), ScaleMsPerTile = 1 (the weight block, cp.async), ScaleNsPerTile = tile N (the
+// tokens, TMA-loaded). The per-row or per-column scales are read through the tiled MMA's C
+// partition of a (TileM, TileN) view of the stage's scale smem (stride 0 along the other mode), so
+// each thread reads only the distinct rows (columns) of its accumulators. Everything else
+// (producer, scale loads, pipeline, shared storage, TMA, epilogue, schedulers) is the CUTLASS
+// collective this derives from; only mma/mma_tail differ.
 //
-// Numerics: bitwise the same as the base collective (the c2x1 row) by construction, checked
-// instruction by instruction in SASS and by tests/test_gemm.py on the GPU: same wgmma sequence per
-// block (zeroing first K slice, 4 x K=32), same scale product fl(sfa * sfb), same FFMA per element
-// in the same block order; the base's first promotion compiles to FFMA with +0 (RZ) for its
-// never-initialized accumulator, which the explicit clear reproduces.
+// Numerics: bitwise the same as the base collective by construction (checked for the unswapped
+// c2x1 row instruction by instruction in SASS and by tests/test_gemm.py on the GPU; the swap-AB
+// rows by the same construction, to be checked on the GPU): same wgmma sequence per block (zeroing
+// first K slice, 4 x K=32), same scale product (the base's operand order: per-row/column scale
+// times the tile's scale), same FFMA per element in the same block order; the base's first
+// promotion compiles to FFMA with +0 (RZ) for its never-initialized accumulator (both the c2x1
+// and the swap rows' SASS), which the explicit clear reproduces.
 //
-// Unsupported (static_assert): swap-AB / per-token SFB, scale granularity other than (1, 128, K
-// tile), more than one scale block per pipeline stage, tiles whose three fp32 fragments would not
-// fit the consumer registers (more than 64 accumulators per thread).
+// Supported (static_assert): exactly one of SFA / SFB with one scale per accumulator row /
+// column (granularity 1 along M with ScaleMsPerTile = tile M, or along N with ScaleNsPerTile =
+// tile N) and the other with one scale per tile (ScaleNsPerTile = 1, resp. ScaleMsPerTile = 1);
+// exactly one scale block per pipeline stage (ScaleGranularityK = tile K); at most 64 accumulators
+// per thread (three fragments in the 232 consumer registers). Any scheduler whose kernel calls
+// mma with k_tile_count >= 1 and advances its own pipeline state by k_tile_count after mma_tail
+// (persistent and stream-K: gemm/NOTES.md; k_tile_count <= 0 returns acc = 0 without touching
+// the pipeline).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -51,38 +66,59 @@ struct OverlapPromotionMainloop : Base {
   static constexpr int kTileK = cute::size<2>(TileShape{});
   static constexpr int kWarpGroupThreads = cutlass::NumThreadsPerWarpGroup;
 
-  static_assert(Base::ScaleGranularityM == 1 && Base::MMajorSFA,
-                "per-token, M-major activation scales only (no swap-AB rows)");
-  static_assert(Base::ScaleMsPerTile == kTileM && Base::ScaleNsPerTile == 1,
-                "one scale per tile row and one weight-block scale per tile");
+  // Which operand carries the per-accumulator scales: SFA one per tile row (unswapped rows: the
+  // tokens) or SFB one per tile column (swap-AB rows: the tokens); the other gives one per tile.
+  static constexpr bool kRowScales =
+      Base::ScaleGranularityM == 1 && Base::ScaleMsPerTile == kTileM && Base::ScaleNsPerTile == 1;
+  static constexpr bool kColScales =
+      Base::ScaleGranularityN == 1 && Base::ScaleNsPerTile == kTileN && Base::ScaleMsPerTile == 1;
+  static_assert(kRowScales || kColScales,
+                "one of SFA / SFB must give one scale per tile row / column (granularity 1) and the other "
+                "one scale per tile");
   static_assert(Base::ScaleGranularityK == kTileK, "exactly one scale block per pipeline stage");
   static_assert(kTileM * kTileN / cute::size(TiledMma{}) <= 64,
                 "acc + two temporary fragments must fit the 232 consumer registers");
 
-  // The per-stage token scales seen as a (TileM, TileN, PIPE) tensor (stride 0 along N), cut like
-  // the accumulators (the tiled MMA's C partition of this thread): (MMA, MMA_M, MMA_N, PIPE), so
-  // element i is the scale of accumulator i's row. The tile's one SFB is read directly.
-  CUTLASS_DEVICE static auto partition_sfa(TensorStorage& smem, int thread_idx) {
+  // The stage's per-row (SFA) or per-column (SFB) scales seen as a (TileM, TileN, PIPE) tensor
+  // (stride 0 along the other mode), cut like the accumulators (the tiled MMA's C partition of
+  // this thread): (MMA, MMA_M, MMA_N, PIPE), so element i is the scale of accumulator i's row
+  // (column). The tile's one scale of the other operand is read directly in load_scales.
+  CUTLASS_DEVICE static auto partition_scales(TensorStorage& smem, int thread_idx) {
     using namespace cute;
-    constexpr auto l = SmemLayoutSFA{};  // ((1, TileM), (128, 1), PIPE)
-    Tensor s = make_tensor(make_smem_ptr(smem.smem_SFA.data()),
-                           make_layout(make_shape(get<0>(shape(l)), Int<kTileN>{}, get<2>(shape(l))),
-                                       make_stride(get<0>(stride(l)), _0{}, get<2>(stride(l)))));
-    return TiledMma{}.get_slice(thread_idx).partition_C(s);
+    if constexpr (kRowScales) {
+      constexpr auto l = SmemLayoutSFA{};  // ((1, TileM), (128, 1), PIPE)
+      Tensor s = make_tensor(make_smem_ptr(smem.smem_SFA.data()),
+                             make_layout(make_shape(get<0>(shape(l)), Int<kTileN>{}, get<2>(shape(l))),
+                                         make_stride(get<0>(stride(l)), _0{}, get<2>(stride(l)))));
+      return TiledMma{}.get_slice(thread_idx).partition_C(s);
+    } else {
+      constexpr auto l = SmemLayoutSFB{};  // ((1, TileN), (128, 1), PIPE)
+      Tensor s = make_tensor(make_smem_ptr(smem.smem_SFB.data()),
+                             make_layout(make_shape(Int<kTileM>{}, get<0>(shape(l)), get<2>(shape(l))),
+                                         make_stride(_0{}, get<0>(stride(l)), get<2>(stride(l)))));
+      return TiledMma{}.get_slice(thread_idx).partition_C(s);
+    }
   }
 
-  // Reads block `stage`'s scales into `scale` (compact: the thread's distinct rows only) as
-  // fl(sfa * sfb), the product the base forms before its FFMA.
-  template <class ScaleRegs, class SfaSmem>
-  CUTLASS_DEVICE static void load_scales(ScaleRegs& scale, SfaSmem const& tCsSFA, TensorStorage& smem,
+  // Reads block `stage`'s scales into `scale` (compact: the thread's distinct rows or columns
+  // only) as the product the base forms before its FFMA: fl(sfa[row] * sfb) unswapped,
+  // fl(sfb[col] * sfa) swapped (the base's operand order in each case).
+  template <class ScaleRegs, class ScaleSmem>
+  CUTLASS_DEVICE static void load_scales(ScaleRegs& scale, ScaleSmem const& tCsScale, TensorStorage& smem,
                                          int stage) {
     using namespace cute;
-    const Scale sfb = smem.smem_SFB[SmemLayoutSFB{}(_0{}, _0{}, stage)];
-    Tensor src = filter_zeros(tCsSFA(_, _, _, stage));
+    Tensor src = filter_zeros(tCsScale(_, _, _, stage));
     Tensor dst = filter_zeros(scale);
     static_assert(decltype(size(src))::value == decltype(size(dst))::value);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(dst); ++i) dst(i) = src(i) * sfb;
+    if constexpr (kRowScales) {
+      const Scale sfb = smem.smem_SFB[SmemLayoutSFB{}(_0{}, _0{}, stage)];
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(dst); ++i) dst(i) = src(i) * sfb;
+    } else {
+      const Scale sfa = smem.smem_SFA[SmemLayoutSFA{}(_0{}, _0{}, stage)];
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(dst); ++i) dst(i) = src(i) * sfa;
+    }
   }
 
   // One K block (4 wgmma of K = 32) into `frag`, the first overwriting it, committed as one group.
@@ -112,9 +148,11 @@ struct OverlapPromotionMainloop : Base {
     warpgroup_fence_operand(acc);  // keeps the promotion ahead of the next wgmma batch
   }
 
-  // Consumer side. Called by the kernel with the tile's first pipeline state and its k_tile_count
-  // (>= 1 for the persistent scheduler); the kernel advances its own state by k_tile_count after
-  // mma_tail. Every stage this call reads it also releases, so mma_tail has nothing left to do.
+  // Consumer side. Called by the kernel with the work unit's first pipeline state and its
+  // k_tile_count (>= 1: the persistent scheduler passes the tile's K blocks, the stream-K scheduler
+  // a unit's share of one output tile, and the kernel calls mma only for valid units, i.e. with
+  // k_tile_count > 0); the kernel advances its own state by k_tile_count after mma_tail. Every
+  // stage this call reads it also releases, so mma_tail has nothing left to do.
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
                           int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
@@ -131,13 +169,15 @@ struct OverlapPromotionMainloop : Base {
     Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, PIPE)
     Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, PIPE)
 
-    Tensor tCsSFA = partition_sfa(shared_tensors, thread_idx);  // (MMA, MMA_M, MMA_N, PIPE)
-    CUTE_STATIC_ASSERT_V(shape(tCsSFA(_, _, _, 0)) == shape(accum));
+    Tensor tCsScale = partition_scales(shared_tensors, thread_idx);  // (MMA, MMA_M, MMA_N, PIPE)
+    CUTE_STATIC_ASSERT_V(shape(tCsScale(_, _, _, 0)) == shape(accum));
 
     Tensor tmp0 = make_fragment_like(accum);
     Tensor tmp1 = make_fragment_like(accum);
-    Tensor scale0 = make_tensor_like<Scale>(tCsSFA(_, _, _, 0));  // stride 0 kept: 2 registers
-    Tensor scale1 = make_tensor_like<Scale>(tCsSFA(_, _, _, 0));
+    // Stride 0 kept: 2 registers per fragment at the 128x128 tile (rows), 8 / 16 at the 128x32 /
+    // 128x64 swap tiles (columns).
+    Tensor scale0 = make_tensor_like<Scale>(tCsScale(_, _, _, 0));
+    Tensor scale1 = make_tensor_like<Scale>(tCsScale(_, _, _, 0));
 
     clear(accum);  // the first promotion then adds to +0, as the base's does
     if (k_tile_count <= 0) return;
@@ -151,7 +191,7 @@ struct OverlapPromotionMainloop : Base {
     // would race with the release on a 2-CTA cluster, where one thread per warpgroup arrives.
     auto issue_next = [&](auto& frag, auto& scale) {
       const int stage = smem_pipe_read.index();
-      load_scales(scale, tCsSFA, shared_tensors, stage);
+      load_scales(scale, tCsScale, shared_tensors, stage);
       issue_block(tiled_mma, tCrA, tCrB, frag, stage);
       ++smem_pipe_read;
       --unissued;
