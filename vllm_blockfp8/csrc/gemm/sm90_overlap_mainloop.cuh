@@ -21,9 +21,9 @@
 // (producer, scale loads, pipeline, shared storage, TMA, epilogue, schedulers) is the CUTLASS
 // collective this derives from; only mma/mma_tail differ.
 //
-// Numerics: bitwise the same as the base collective by construction (checked for the unswapped
-// c2x1 row instruction by instruction in SASS and by tests/test_gemm.py on the GPU; the swap-AB
-// rows by the same construction, to be checked on the GPU): same wgmma sequence per block (zeroing
+// Numerics: bitwise the same as the base collective by construction (for the unswapped 128x128
+// row checked in SASS and on the H200 against the CUTLASS-loop row before that row was deleted;
+// for the swap-AB rows by tests/test_gemm.py's bitwise test, not yet run on a GPU): same wgmma sequence per block (zeroing
 // first K slice, 4 x K=32), same scale product (the base's operand order: per-row/column scale
 // times the tile's scale), same FFMA per element in the same block order; the base's first
 // promotion compiles to FFMA with +0 (RZ) for its never-initialized accumulator (both the c2x1
