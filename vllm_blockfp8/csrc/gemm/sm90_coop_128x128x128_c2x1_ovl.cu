@@ -4,7 +4,7 @@
 
 namespace blockfp8::gemm::sm90 {
 
-using Row = Config<false, 128, 128, 2, 1, Schedule::kCooperative, true>;
+using Row = Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap>;
 template cudaError_t launch_config<Row>(const Problem&, cudaStream_t);
 template size_t workspace_config<Row>(const Problem&);
 

@@ -7,9 +7,10 @@
 // FP8 accumulation precision to one 128-deep block (NOTES.md, Numerics). The epilogue converts once
 // to bf16/fp16 and stores through TMA. Out-of-range rows/columns of ragged tiles are zero-filled by TMA loads and
 // clipped by the TMA store; the weight-scale loader predicates the scale block past ceil(n / 128).
-// Rows with Config::kOverlapPromotion keep this collective but run the consumer loop of
+// Rows with Config::kConsumer == kOverlap keep this collective but run the consumer loop of
 // sm90_overlap_mainloop.cuh (promotion of block k-1 under block k's wgmma; the same arithmetic),
-// unswapped or swapped, under either scheduler.
+// unswapped or swapped, under either scheduler; kSlab rows (256x128 tiles, unswapped) run
+// sm90_slab_mainloop.cuh (one m64 slab of a warpgroup's accumulator promoted at a time).
 //
 // Operand roles. Unswapped: kernel-A = activations (M = m), kernel-B = weights (N = n); scale
 // granularity (1, 128, 128): SFA per token and M-major, SFB per 128x128 block and K-major.
@@ -40,6 +41,7 @@
 
 #include "sm90_kernel.h"
 #include "sm90_overlap_mainloop.cuh"
+#include "sm90_slab_mainloop.cuh"
 
 namespace blockfp8::gemm::sm90 {
 
@@ -90,12 +92,12 @@ struct Gemm {
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
-  // The same collective with our consumer loop (promotion of block k-1 under block k's wgmma);
-  // only mma/mma_tail differ, so shared storage, stages, the kernel and both schedulers (persistent,
-  // stream-K with its fixup) are unchanged. Unswapped and swap-AB layouts (sm90_overlap_mainloop.cuh
-  // static_asserts what it supports).
-  using CollectiveMainloop = std::conditional_t<Cfg::kOverlapPromotion, OverlapPromotionMainloop<BuiltMainloop>,
-                                                BuiltMainloop>;
+  // The same collective with one of our consumer loops (Config::kConsumer); only mma/mma_tail
+  // differ, so shared storage, stages, the kernel and both schedulers (persistent, stream-K with
+  // its fixup) are unchanged. Each loop static_asserts the layouts and tiles it supports.
+  using CollectiveMainloop = std::conditional_t<
+      Cfg::kConsumer == Consumer::kOverlap, OverlapPromotionMainloop<BuiltMainloop>,
+      std::conditional_t<Cfg::kConsumer == Consumer::kSlab, SlabPromotionMainloop<BuiltMainloop>, BuiltMainloop>>;
 
   using Scheduler = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler,
                                        cutlass::gemm::PersistentScheduler>;

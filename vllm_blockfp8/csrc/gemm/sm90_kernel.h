@@ -18,16 +18,26 @@ enum class Schedule {
   kCooperative,         // data-parallel persistent scheduler; no workspace, less scheduling overhead
 };
 
+// Which consumer loop (the math warpgroups' side of the mainloop) a row runs on CUTLASS's
+// blockwise-FP8 collective; producer, pipeline, shared storage, scheduler and epilogue are
+// CUTLASS's in every case.
+enum class Consumer {
+  kCutlass,  // CUTLASS's own: each K block's wgmma drained (wait<0>), then promoted
+  kOverlap,  // sm90_overlap_mainloop.cuh: block k-1 promoted under block k's wgmma (one atom of
+             // M per warpgroup; unswapped and swap-AB rows)
+  kSlab,     // sm90_slab_mainloop.cuh: several m64 slabs per warpgroup (256x128), each slab
+             // issued into a one-slab temporary, drained and promoted in turn (unswapped rows)
+};
+
 // kSwapAB: the kernel computes D^T = B * A^T, so the weight rows (n) fill the 128-row wgmma M side
 // and the tokens (m) sit on the narrow wgmma N side; D^T is stored column-major, i.e. D row-major.
 // kTileM / kTileN are the kernel's CTA tile in ITS operand order (weights x tokens when swapped).
 // Both schedules run two consumer warpgroups on one tile (CUTLASS's cooperative FP8 blockwise
 // kernel): one warpgroup's promotion FMAs overlap the other's wgmma.
-// kOverlapPromotion: our consumer loop (sm90_overlap_mainloop.cuh) also overlaps each warpgroup's
-// promotion with its own next K block's wgmma; unswapped and swap-AB rows, either schedule.
-// Defaulted so that the rows that do not ask for it keep their CUTLASS mainloop unchanged.
+// kConsumer: the consumer loop (above); defaulted so that the rows that do not ask for one of ours
+// keep CUTLASS's mainloop unchanged.
 template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_,
-          bool kOverlapPromotion_ = false>
+          Consumer kConsumer_ = Consumer::kCutlass>
 struct Config {
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr int kTileM = kTileM_;
@@ -36,7 +46,7 @@ struct Config {
   static constexpr int kClusterM = kClusterM_;
   static constexpr int kClusterN = kClusterN_;
   static constexpr Schedule kSchedule = kSchedule_;
-  static constexpr bool kOverlapPromotion = kOverlapPromotion_;
+  static constexpr Consumer kConsumer = kConsumer_;
 };
 
 // Defined in sm90_kernel.cuh; instantiated once per configuration in its sm90_<row>.cu file.
