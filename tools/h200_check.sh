@@ -106,7 +106,7 @@ for s in "$@"; do
         BLOCKFP8_SM90_RASTER=${o%:*} BLOCKFP8_SM90_SWIZZLE=${o#*:} python3 -m pytest -q -p no:cacheprovider \
           --maxfail=10 tests/test_gemm.py 2>&1 | tail -n 3 || rc=1; done; exit $rc' ;;
     racecheck_gemm)  # one process per GEMM row and case, so each hazard report names its launch
-      stage racecheck_gemm 300 bash -c 'for r in $(python3 -c "from vllm_blockfp8 import ops; print(\" \".join(x[\"name\"] for x in ops.tile_table(\"gemm\")))"); do
+      stage racecheck_gemm 420 bash -c 'for r in $(python3 -c "from vllm_blockfp8 import ops; print(\" \".join(x[\"name\"] for x in ops.tile_table(\"gemm\")))"); do
         for c in 0 1 2; do echo "== racecheck gemm:$r case $c"; compute-sanitizer --tool racecheck --print-limit 2 python3 tools/sanitize_rows.py gemm:$r --case $c 2>&1 | grep -E "^gemm|hazard|Race|SUMMARY|==   *and"; done; done' ;;
     ncu) # NCU_SECTIONS adds sections, e.g. "MemoryWorkloadAnalysis_Chart MemoryWorkloadAnalysis_Tables" (DRAM detail)
       stage ncu 200 ncu --kernel-name "regex:mma_kernel|per_token_group|device_kernel" --clock-control none \
