@@ -15,6 +15,8 @@
 #   bench_gemm_order GEMM only at M = 2048..8192 under each BLOCKFP8_SM90_RASTER:SWIZZLE in GEMM_ORDERS
 #   tests_gemm_order the GPU GEMM tests under each setting of GEMM_ORDERS at every M (ragged tile grids)
 #   gemv_probe   tools/gemv_read_probe.cu: the GEMV's weight-load pattern alone vs a plain stream
+#   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST" in GEMM_AB (space-separated),
+#                two processes, the row order reversed in the second (bench_gemm_ab_<i>_{a,b}.json)
 #   host_overhead tools/host_overhead.py: host vs GPU time per eager linear call (prefill chunks run
 #                outside CUDA graphs in vLLM)
 #   ncu          Nsight Compute sections for the launches in NCU_SPECS (tools/ncu_rows.py specs)
@@ -72,7 +74,7 @@ python3 -c "import vllm_blockfp8.ops as o; print(o.build_info())"
 grep -hE "ptxas info *: Used|spill stores|spill loads" "$LOGS/build.log" | sort | uniq -c | sort -rn | head -n 5
 for s in "$@"; do
   case $s in
-    tests) stage tests 240 python3 -m pytest -q -p no:cacheprovider --maxfail=20 tests/test_quant.py tests/test_gemv.py \
+    tests) stage tests 360 python3 -m pytest -q -p no:cacheprovider --maxfail=20 tests/test_quant.py tests/test_gemv.py \
              tests/test_gemm.py tests/test_harness.py ;;
     sanitize) stage memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tools/sanitize_rows.py
               stage racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 python3 tools/sanitize_rows.py ;;
@@ -115,6 +117,13 @@ for s in "$@"; do
            python3 tools/ncu_rows.py ${NCU_SPECS:-gemv:gemv_mma_t8:1x2112x7168} ;;
     gemv_probe) stage gemv_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   tools/gemv_read_probe.cu -o /tmp/gemv_read_probe && /tmp/gemv_read_probe benchmarks/results/gemv_read_probe.json' ;;
+    ab_gemm)  # candidate rows against the row they would replace, both run orders (gemm/NOTES.md)
+      stage ab_gemm ${CAP_AB:-300} bash -c 'i=0; set -- ${GEMM_AB:?set GEMM_AB}; n=$#; for spec in "$@"; do
+        i=$((i + 1)); rows=${spec%@*}; ms=${spec#*@}; rev=$(echo "$rows" | tr , "\n" | tac | paste -sd,)
+        for o in a b; do r=$rows; [ $o = b ] && r=$rev
+          BENCH_TIME_BUDGET_S=$(( BENCH_TIME_BUDGET_S / (2 * n) )) python3 -m benchmarks.bench_gemm --ops gemm \
+            --peers none --rows "$r" --m "$ms" --plot /dev/null --json benchmarks/results/bench_gemm_ab_${i}_$o.json \
+            | grep -E "^geomean|^    ours"; done; done' ;;
     host_overhead) stage host_overhead 90 python3 tools/host_overhead.py --json benchmarks/results/host_overhead.json ;;
     bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none \
                        --json benchmarks/results/bench_gemm_rows.json --plot benchmarks/results/bench_gemm_rows.png ;;
