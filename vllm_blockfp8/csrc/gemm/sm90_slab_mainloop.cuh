@@ -20,6 +20,10 @@
 //     last slab:       4 wgmma -> tmp; commit; wait<0>; release the stage; test the next stage's
 //                      barrier; acc[last slab] = fma(tmp, s, acc)
 //
+// Shared with sm90_overlap_mainloop.cuh (ConsumerLoopParts, sm90_consumer_loop.cuh): the scale
+// partition and product, the K-block wgmma issue (given here one slab's view of the A operand) and
+// the promotion. This file: the slab views (slab<S>) and the schedule.
+//
 // Registers per consumer thread: acc 128 + tmp 64 + 4 scales + pipeline state / addressing; ptxas
 // (nvcc 13.0) uses up to R204 of the 232 setmaxnreg gives a consumer, 0 spill (gemm/NOTES.md has
 // the SASS: 4 QGMMA.64x128x32 + WARPGROUP.DEPBAR.LE gsb0, 0x0 + 64 FFMA per slab).
@@ -55,10 +59,10 @@
 // (alpha = 1, no C) converts the same fp32 value. tests/test_gemm.py compares the two rows bit for
 // bit.
 //
-// Supported (static_assert): per-token SFA (granularity 1 along M, ScaleMsPerTile = tile M), one
-// SFB per tile (ScaleNsPerTile = 1), one scale block per stage (ScaleGranularityK = tile K), two
-// warpgroups along M, tile N = the wgmma atom's N (one wgmma per slab per K = 32 slice), at least
-// one slab per warpgroup, acc + one slab within 192 registers.
+// Supported (static_assert, here and in ConsumerLoopParts): per-token SFA (granularity 1 along M,
+// ScaleMsPerTile = tile M), one SFB per tile (ScaleNsPerTile = 1), one scale block per stage
+// (ScaleGranularityK = tile K), two warpgroups along M, tile N = the wgmma atom's N (one wgmma per
+// slab per K = 32 slice), at least one slab per warpgroup, acc + one slab within 192 registers.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -67,43 +71,36 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 
+#include "sm90_consumer_loop.cuh"
+
 namespace blockfp8::gemm::sm90 {
 
 template <class Base>
 struct SlabPromotionMainloop : Base {
+  using Parts = ConsumerLoopParts<Base>;
   using typename Base::MainloopPipeline;
   using typename Base::Params;
   using typename Base::PipelineState;
-  using typename Base::SmemLayoutA;
-  using typename Base::SmemLayoutB;
-  using typename Base::SmemLayoutSFA;
-  using typename Base::SmemLayoutSFB;
   using typename Base::TensorStorage;
-  using typename Base::TileShape;
   using typename Base::TiledMma;
-  using Scale = typename Base::ElementBlockScale;
+  using Scale = typename Parts::Scale;
 
-  static constexpr int kTileM = cute::size<0>(TileShape{});
-  static constexpr int kTileN = cute::size<1>(TileShape{});
-  static constexpr int kTileK = cute::size<2>(TileShape{});
-  static constexpr int kWarpGroupThreads = cutlass::NumThreadsPerWarpGroup;
-  static constexpr int kWarpGroups = cute::size(TiledMma{}) / kWarpGroupThreads;
+  static constexpr int kWarpGroups = cute::size(TiledMma{}) / Parts::kWarpGroupThreads;
   static constexpr int kAtomM = cute::size<0>(typename TiledMma::AtomShape_MNK{});
   static constexpr int kAtomN = cute::size<1>(typename TiledMma::AtomShape_MNK{});
   // m64 slabs per warpgroup: the MMA_M mode of the C partition (the tiled MMA stacks the
   // warpgroups' atoms along M and repeats that over the tile).
-  static constexpr int kSlabs = kTileM / (kAtomM * kWarpGroups);
-  static constexpr int kAccPerThread = kTileM * kTileN / cute::size(TiledMma{});
-  static constexpr int kSlabPerThread = kAtomM * kAtomN / kWarpGroupThreads;
+  static constexpr int kSlabs = Parts::kTileM / (kAtomM * kWarpGroups);
+  static constexpr int kSlabPerThread = kAtomM * kAtomN / Parts::kWarpGroupThreads;
 
-  static_assert(Base::ScaleGranularityM == 1 && Base::ScaleMsPerTile == kTileM && Base::ScaleNsPerTile == 1,
+  static_assert(Parts::kRowScales,
                 "per-token SFA (one scale per tile row) and one weight-block SFB per tile: unswapped rows only");
-  static_assert(Base::ScaleGranularityK == kTileK, "exactly one scale block per pipeline stage");
-  static_assert(kWarpGroups == 2 && cute::size<0>(typename TiledMma::AtomLayoutC_TV{}) == kWarpGroupThreads,
+  static_assert(kWarpGroups == 2 &&
+                    cute::size<0>(typename TiledMma::AtomLayoutC_TV{}) == Parts::kWarpGroupThreads,
                 "two consumer warpgroups, one wgmma atom per warpgroup");
-  static_assert(kTileN == kAtomN, "one wgmma per slab per K slice: tile N must be the atom's N");
-  static_assert(kTileM % (kAtomM * kWarpGroups) == 0 && kSlabs >= 1, "whole m64 slabs per warpgroup");
-  static_assert(kAccPerThread + kSlabPerThread <= 192,
+  static_assert(Parts::kTileN == kAtomN, "one wgmma per slab per K slice: tile N must be the atom's N");
+  static_assert(Parts::kTileM % (kAtomM * kWarpGroups) == 0 && kSlabs >= 1, "whole m64 slabs per warpgroup");
+  static_assert(Parts::kAccPerThread + kSlabPerThread <= 192,
                 "acc + a one-slab temporary must leave room for addressing in the 232 consumer registers");
 
   // The slab S (compile-time) of a tensor whose mode 1 is the warpgroup's MMA_M mode, with that
@@ -112,66 +109,15 @@ struct SlabPromotionMainloop : Base {
   CUTLASS_DEVICE static auto slab(T&& t) {
     using namespace cute;
     using L = typename remove_cvref_t<T>::layout_type;
-    static_assert(L::rank == 2 || L::rank == 3, "(V, M) or (V, M, N)");
-    if constexpr (L::rank == 2) {
-      auto v = t(_, Int<S>{});  // (V)
-      return make_tensor(v.data(), make_layout(layout<0>(v), Layout<_1, _0>{}));
-    } else {
+    static_assert(L::rank == 3 || L::rank == 4, "(V, M, N) or (V, M, K, PIPE)");
+    if constexpr (L::rank == 3) {
       auto vn = t(_, Int<S>{}, _);  // (V, N)
       return make_tensor(vn.data(), make_layout(layout<0>(vn), Layout<_1, _0>{}, layout<1>(vn)));
+    } else {
+      auto vkp = t(_, Int<S>{}, _, _);  // (V, K, PIPE)
+      return make_tensor(vkp.data(),
+                         make_layout(layout<0>(vkp), Layout<_1, _0>{}, layout<1>(vkp), layout<2>(vkp)));
     }
-  }
-
-  // The stage's per-token scales seen as a (TileM, TileN, PIPE) tensor (stride 0 along N), cut like
-  // the accumulators: (MMA, MMA_M = slabs, MMA_N, PIPE); element i is the scale of accumulator
-  // i's row.
-  CUTLASS_DEVICE static auto partition_scales(TensorStorage& smem, int thread_idx) {
-    using namespace cute;
-    constexpr auto l = SmemLayoutSFA{};  // ((1, TileM), (128, 1), PIPE)
-    Tensor s = make_tensor(make_smem_ptr(smem.smem_SFA.data()),
-                           make_layout(make_shape(get<0>(shape(l)), Int<kTileN>{}, get<2>(shape(l))),
-                                       make_stride(get<0>(stride(l)), _0{}, get<2>(stride(l)))));
-    return TiledMma{}.get_slice(thread_idx).partition_C(s);
-  }
-
-  // fl(sfa[row] * sfb) for the thread's distinct rows of every slab (2 per slab).
-  template <class ScaleRegs, class ScaleSmem>
-  CUTLASS_DEVICE static void load_scales(ScaleRegs& scale, ScaleSmem const& tCsScale, TensorStorage& smem,
-                                         int stage) {
-    using namespace cute;
-    Tensor src = filter_zeros(tCsScale(_, _, _, stage));
-    Tensor dst = filter_zeros(scale);
-    static_assert(decltype(size(src))::value == decltype(size(dst))::value);
-    static_assert(decltype(size(dst))::value == 2 * kSlabs, "two rows per thread per m64 slab");
-    const Scale sfb = smem.smem_SFB[SmemLayoutSFB{}(_0{}, _0{}, stage)];
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(dst); ++i) dst(i) = src(i) * sfb;
-  }
-
-  // Slab S of one K block (4 wgmma of K = 32) into `frag`, the first overwriting it, one group.
-  template <int S, class Frag, class FragA, class FragB>
-  CUTLASS_DEVICE static void issue_slab(TiledMma& mma, FragA const& tCrA, FragB const& tCrB, Frag& frag,
-                                        int stage) {
-    using namespace cute;
-    mma.accumulate_ = GMMA::ScaleOut::Zero;
-    warpgroup_fence_operand(frag);
-    warpgroup_arrive();
-    CUTLASS_PRAGMA_UNROLL
-    for (int kk = 0; kk < size<2>(tCrA); ++kk) {
-      cute::gemm(mma, slab<S>(tCrA(_, _, kk, stage)), tCrB(_, _, kk, stage), frag);
-      mma.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
-    warpgroup_fence_operand(frag);
-  }
-
-  template <class Acc, class Frag, class ScaleRegs>
-  CUTLASS_DEVICE static void promote(Acc&& acc, Frag& frag, ScaleRegs const& scale) {
-    using namespace cute;
-    static_assert(decltype(size(acc))::value == decltype(size(frag))::value);
-    warpgroup_fence_operand(frag);  // after the wait that completed it
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc); ++i) acc(i) = fmaf(frag(i), scale(i), acc(i));
   }
 
   // Consumer side; contract in the header comment.
@@ -181,27 +127,24 @@ struct SlabPromotionMainloop : Base {
     using namespace cute;
     static_assert(is_rmem<FrgTensorC>::value, "accumulators must live in registers");
 
-    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M, BLK_K, PIPE)
-    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N, BLK_K, PIPE)
-
     TiledMma tiled_mma;
-    // Operand descriptors are per warpgroup; a warp-uniform index keeps them in uniform registers.
-    const int wg = __shfl_sync(0xffffffff, thread_idx / kWarpGroupThreads, 0);
-    auto wg_mma = tiled_mma.get_slice(wg * kWarpGroupThreads);
-    Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA, MMA_M = slabs, MMA_K, PIPE)
-    Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));  // (MMA, MMA_N = 1, MMA_K, PIPE)
+    auto operands = Parts::operand_fragments(tiled_mma, thread_idx, shared_tensors);
+    Tensor tCrA = get<0>(operands);  // (MMA, MMA_M = slabs, MMA_K, PIPE)
+    Tensor tCrB = get<1>(operands);  // (MMA, MMA_N = 1, MMA_K, PIPE)
     static_assert(decltype(size<1>(tCrA))::value == kSlabs && decltype(size<1>(tCrB))::value == 1);
     static_assert(decltype(size<1>(accum))::value == kSlabs && decltype(size<2>(accum))::value == 1,
                   "accumulators (MMA, slabs, 1)");
-    static_assert(decltype(size(accum))::value == kAccPerThread);
+    static_assert(decltype(size(accum))::value == Parts::kAccPerThread);
 
-    Tensor tCsScale = partition_scales(shared_tensors, thread_idx);  // (MMA, MMA_M, MMA_N, PIPE)
+    Tensor tCsScale = Parts::partition_scales(shared_tensors, thread_idx);  // (MMA, MMA_M = slabs, MMA_N, PIPE)
     CUTE_STATIC_ASSERT_V(shape(tCsScale(_, _, _, 0)) == shape(accum));
 
     Tensor tmp = make_fragment_like(slab<0>(accum));  // (MMA, 1, 1): one slab
     static_assert(decltype(size(tmp))::value == kSlabPerThread);
     // Stride 0 along N kept: 2 registers per slab.
     Tensor scale = make_tensor_like<Scale>(tCsScale(_, _, _, 0));
+    static_assert(decltype(size(filter_zeros(scale)))::value == 2 * kSlabs,
+                  "two rows per thread per m64 slab");
 
     clear(accum);  // the first promotion then adds to +0, as in the 128x128 rows
     if (k_tile_count <= 0) return;
@@ -212,10 +155,10 @@ struct SlabPromotionMainloop : Base {
       pipeline.consumer_wait(smem_pipe_read, barrier_token);
       const int stage = smem_pipe_read.index();
       // All of the stage's scales before any of its wgmma (see the release contract above).
-      load_scales(scale, tCsScale, shared_tensors, stage);
+      Parts::load_scales(scale, tCsScale, shared_tensors, stage);
       for_each(make_seq<kSlabs>{}, [&](auto s) {
         constexpr int S = decltype(s)::value;
-        issue_slab<S>(tiled_mma, tCrA, tCrB, tmp, stage);
+        Parts::issue_k_block(tiled_mma, slab<S>(tCrA), tCrB, tmp, stage);
         warpgroup_wait<0>();
         if constexpr (S == kSlabs - 1) {
           // The stage's last wgmma has completed: hand it back, and test the next stage now so the
@@ -224,7 +167,7 @@ struct SlabPromotionMainloop : Base {
           ++smem_pipe_read;
           barrier_token = pipeline.consumer_try_wait(smem_pipe_read, k_tile_count == 1);
         }
-        promote(slab<S>(accum), tmp, slab<S>(scale));
+        Parts::promote(slab<S>(accum), tmp, slab<S>(scale));
       });
     }
     warpgroup_fence_operand(accum);
