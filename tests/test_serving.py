@@ -125,12 +125,18 @@ def test_kernel_profile_reports_gpu_idle_stalls_with_the_cpu_op_behind_them(tmp_
     t = kp.timeline(events, stall_us=100 * ms)
     assert t["span_us"] == 705 * ms and t["busy_us"] == 25 * ms and t["idle_us"] == 680 * ms
     assert t["stalls"] == [{"us": 675 * ms, "at_us": 25 * ms, "cpu_op": "vllm::unified_attention_with_output"}]
+    # The gaps by length and by the kernels around them: the norm kernel ends last before the
+    # first gap, so the gap after gemm+norm is charged to norm -> attention.
+    assert [(b["gaps"], b["idle_us"]) for b in t["gap_buckets"] if b["gaps"]] == [(1, 5 * ms), (1, 675 * ms)]
+    assert t["gap_pairs"] == [{"before": "attention", "after": "attention", "idle_us": 675 * ms, "gaps": 1},
+                              {"before": "norm", "after": "attention", "idle_us": 5 * ms, "gaps": 1}]
     path = tmp_path / "t" / "rank0.pt.trace.json"
     path.parent.mkdir()
     path.write_text(json.dumps({"traceEvents": events}))
     s = kp.summarize(path.parent, stall_ms=100)
     assert s["timelines"][0]["stalls"][0]["cpu_op"] == "vllm::unified_attention_with_output"
     assert "675: vllm::unified_attention_with_output" in kp.markdown(s)
+    assert "| norm -> attention | 1 | 5.0 |" in kp.markdown(s)
 
 
 def test_profile_stage_runs_prefill_and_decode_under_the_torch_profiler_and_records_the_breakdown(

@@ -65,33 +65,56 @@ def trace_files(trace_dir: Path) -> list[Path]:
     return sorted(p for p in trace_dir.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
 
 
-def timeline(events: list[dict], stall_us: float) -> dict:
+GAP_BUCKETS_US = (10.0, 100.0, 1e3, 1e4, 1e5)  # idle gaps binned by length: many short or few long
+
+
+def timeline(events: list[dict], stall_us: float, top_pairs: int = 12) -> dict:
     """GPU busy and idle wall time of one trace, and its idle gaps longer than stall_us, each with
-    the longest CPU op that spans part of it (what the host was doing meanwhile)."""
-    gpu = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in events
+    the longest CPU op that spans part of it (what the host was doing meanwhile). Every idle gap
+    is also counted by length (``gap_buckets``) and by the kernels on either side of it
+    (``gap_pairs``, the pairs with the most idle time first), which tells per-launch host cost
+    (many short gaps after one op) from step boundaries (few long ones)."""
+    gpu = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), e.get("name", "?")) for e in events
                  if e.get("ph") == "X" and e.get("cat") in GPU_EVENT_CATS)
     if not gpu:
-        return {"span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "stalls": []}
+        return {"span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0, "stalls": [], "gap_buckets": [], "gap_pairs": []}
     busy, gaps = 0.0, []
-    start, end = gpu[0]
-    for s, e in gpu[1:]:
+    start, end, last = gpu[0]
+    for s, e, name in gpu[1:]:
         if s > end:
             busy += end - start
-            gaps.append((end, s))
+            gaps.append((end, s, last, name))
             start, end = s, e
+        elif e < end:
+            continue
         else:
-            end = max(end, e)
+            end = e
+        last = name
     busy += end - start
-    span = max(e for _, e in gpu) - gpu[0][0]
+    span = max(e for _, e, _ in gpu) - gpu[0][0]
     cpu = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
     stalls = []
-    for a, b in gaps:
+    for a, b, _, _ in gaps:
         if b - a <= stall_us:
             continue
         during = [e for e in cpu if float(e["ts"]) < b and float(e["ts"]) + float(e.get("dur", 0.0)) > a]
         op = max(during, key=lambda e: float(e.get("dur", 0.0)), default=None)
         stalls.append({"us": b - a, "at_us": a - gpu[0][0], "cpu_op": op.get("name") if op else None})
-    return {"span_us": span, "busy_us": busy, "idle_us": span - busy, "stalls": stalls}
+    edges = (0.0, *GAP_BUCKETS_US, float("inf"))
+    buckets = [{"from_us": lo, "to_us": hi, "gaps": 0, "idle_us": 0.0} for lo, hi in zip(edges, edges[1:])]
+    pairs: dict[tuple[str, str], list[float]] = {}
+    for a, b, before, after in gaps:
+        d = b - a
+        slot = next(x for x in buckets if d < x["to_us"])
+        slot["gaps"] += 1
+        slot["idle_us"] += d
+        pair = pairs.setdefault((category(before), category(after)), [0.0, 0])
+        pair[0] += d
+        pair[1] += 1
+    gap_pairs = [{"before": k[0], "after": k[1], "idle_us": v[0], "gaps": v[1]}
+                 for k, v in sorted(pairs.items(), key=lambda t: -t[1][0])[:top_pairs]]
+    return {"span_us": span, "busy_us": busy, "idle_us": span - busy, "stalls": stalls,
+            "gap_buckets": buckets, "gap_pairs": gap_pairs}
 
 
 def summarize(trace_dir: Path, tokens: int | None = None, layers: int | None = None,
@@ -144,6 +167,16 @@ def markdown(summary: dict) -> str:
               f"{t['idle_us'] / 1e3:.1f} | "
               + (", ".join(f"{x['us'] / 1e3:.0f}: {x['cpu_op']}" for x in t["stalls"]) or "none") + " |"
               for t in summary.get("timelines", [])]
+    for t in summary.get("timelines", []):
+        if not t.get("gap_buckets"):
+            continue
+        lines += ["", f"Idle gaps of {t['file'][:40]} by length:", "",
+                  "| gap length us | gaps | idle ms |", "|---|---|---|"]
+        lines += [f"| {b['from_us']:.0f}-{b['to_us']:.0f} | {b['gaps']} | {b['idle_us'] / 1e3:.1f} |"
+                  for b in t["gap_buckets"] if b["gaps"]]
+        lines += ["", "| idle between (before -> after) | gaps | idle ms |", "|---|---|---|"]
+        lines += [f"| {p['before']} -> {p['after']} | {p['gaps']} | {p['idle_us'] / 1e3:.1f} |"
+                  for p in t["gap_pairs"]]
     lines += ["", "| kernel | category | us | calls | share |", "|---|---|---|---|---|"]
     lines += [f"| `{k['name'][:90]}` | {k['category']} | {k['us']:.0f} | {k['calls']} | "
               f"{100 * k['share']:.1f}% |" for k in summary["top_kernels"]]
