@@ -72,3 +72,37 @@ def test_a_term_during_a_step_still_packs_what_finished_and_marks_the_running_st
     [row] = [line.split("\t") for line in summary.splitlines()]
     assert row[0] == "demo" and row[1] == "143" and row[3].startswith("INTERRUPTED"), row
     assert "e2e-t/demo.log" in names
+
+
+def test_ab_compare_cancels_run_order_and_reports_each_m(tmp_path, capsys):
+    """tools/ab_compare.py: per point the geomean over the two run orders of candidate / base, then
+    per M and overall; points missing from a run are left out, not compared against nothing."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("ab_compare", ROOT / "tools" / "ab_compare.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+
+    def run(path, times):
+        recs = [{"impl": "ours", "shape": "s1", "m": 64, "us": 1.0}]  # the selected row: ignored
+        recs += [{"impl": f"ours@{row}", "shape": s, "m": m, "us": us} for (s, m, row), us in times.items()]
+        path.write_text(json.dumps({"header": {"git": "x"}, "records": recs}))
+        return path
+
+    # Run a favours whichever row goes first by 10%, run b the other: the order effect cancels.
+    a = run(tmp_path / "a.json", {("s1", 64, "base"): 10.0, ("s1", 64, "cand"): 8.0 * 1.1,
+                                  ("s2", 64, "base"): 10.0, ("s2", 64, "cand"): 12.0 * 1.1,
+                                  ("s1", 128, "base"): 10.0, ("s1", 128, "cand"): 5.0})
+    b = run(tmp_path / "b.json", {("s1", 64, "base"): 10.0 * 1.1, ("s1", 64, "cand"): 8.0,
+                                  ("s2", 64, "base"): 10.0 * 1.1, ("s2", 64, "cand"): 12.0})
+    out = tmp_path / "merged.json"
+    assert ab.main(["base", str(a), str(b), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "cand / base: 0.980 over 2 points, faster at 1" in text  # sqrt(0.8 * 1.2); M = 128 only in a
+    assert "M=64     0.980  range 0.80-1.20  worst s2" in text
+    merged = json.loads(out.read_text())
+    assert merged["base"] == "base" and [r["file"] for r in merged["runs"]] == ["a.json", "b.json"]
+    assert ["s1", 64, "cand", 8.8] in merged["runs"][0]["us"]
+    with pytest.raises(SystemExit):  # an odd file count: the runs are not in (a, b) pairs
+        ab.main(["base", str(a)])

@@ -36,7 +36,8 @@
 # the serving model's depth), QUICK=1 (latency/throughput/serve_sweep/loadtest with --quick on the
 # 4-layer model), VARIANTS (run_serving's, default
 # blockfp8,vllm-fp8-block,bf16; split a stage across calls with it), THROUGHPUT_CASES
-# (prefill,mixed; prefill with QUICK=1), PROFILE_CASES (prefill,decode), PROFILE_PROMPTS (48), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
+# (prefill,mixed; prefill with QUICK=1), PROFILE_CASES (prefill,decode), PROFILE_PROMPTS (48), SERVE_CONC
+# (serve_sweep's concurrency list, default 1,4,16,64), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
 # The model makers import this package: on a fresh machine start this script only after
 # `tools/h200_check.sh build` has installed it (a parallel start fails prep with ModuleNotFoundError).
 # Models are made once and kept in /tmp while the machine stays warm: /tmp/q3-<L>L (make_qwen3_8b),
@@ -292,7 +293,7 @@ for stage in "$@"; do
         "${QFLAG[@]}" ;;
     serve_sweep)
       need_q3 "$Q3" "$LAYERS" && serving serve_sweep "$(cap serve_sweep 480)" "$Q3" --stages serve \
-        --variants "$VARIANTS" "${QFLAG[@]}" ;;
+        --variants "$VARIANTS" ${SERVE_CONC:+--concurrency "$SERVE_CONC"} "${QFLAG[@]}" ;;
     profile)
       need_q3 "$Q3" "$LAYERS" && serving profile "$(cap profile 480)" "$Q3" --stages profile \
         --variants "$VARIANTS" ${PROFILE_CASES:+--profile-cases "$PROFILE_CASES"} \

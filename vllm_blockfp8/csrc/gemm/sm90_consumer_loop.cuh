@@ -1,8 +1,7 @@
-// SM90 (sm_90a) block-FP8: the pieces our consumer loops share (sm90_overlap_mainloop.cuh,
-// sm90_slab_mainloop.cuh). Both derive from CUTLASS 4.2's blockwise-FP8 collective (`Base`) and
-// replace only its mma/mma_tail; they differ in the schedule (which wgmma is in flight during a
-// promotion), which stays in their own files. Shared here, as static helpers of
-// ConsumerLoopParts<Base>:
+// SM90 (sm_90a) block-FP8: the building blocks of our consumer loop (sm90_overlap_mainloop.cuh,
+// which derives from CUTLASS 4.2's blockwise-FP8 collective `Base` and replaces only its
+// mma/mma_tail). The schedule (which wgmma is in flight during a promotion) stays in that file;
+// here, as static helpers of ConsumerLoopParts<Base>:
 //   operand_fragments  this warpgroup's A/B shared-memory descriptors over all stages
 //   partition_scales   the stage's per-row (SFA) or per-column (SFB) scales cut like the accumulators
 //   load_scales        fl(per-row-or-column scale * the tile's one scale of the other operand)
@@ -111,8 +110,8 @@ struct ConsumerLoopParts {
     }
   }
 
-  // One K block (4 wgmma of K = 32) of the rows in `tCrA` (the whole operand, or a view of one
-  // slab of it) into `frag`, the first overwriting it, committed as one group. The fences keep the
+  // One K block (4 wgmma of K = 32) of the rows in `tCrA` into `frag`, the first overwriting it,
+  // committed as one group. The fences keep the
   // compiler from moving accesses to `frag` across the asynchronous wgmma.
   template <class Frag, class FragA, class FragB>
   CUTLASS_DEVICE static void issue_k_block(TiledMma& mma, FragA const& tCrA, FragB const& tCrB, Frag& frag,
@@ -132,8 +131,7 @@ struct ConsumerLoopParts {
 
   // acc(i) = fma(frag(i), scale(i), acc(i)) for a `frag` whose wgmma a preceding wait completed.
   // The FFMAs read `frag`, so the next issue_k_block into `frag` (its first fence) keeps them ahead
-  // of that wgmma. The slab loop relies on only this (its next wgmma reuses its one temporary; it
-  // fences the accumulators once, after its last block).
+  // of that wgmma.
   template <class Acc, class Frag, class ScaleRegs>
   CUTLASS_DEVICE static void promote(Acc&& acc, Frag& frag, ScaleRegs const& scale) {
     using namespace cute;

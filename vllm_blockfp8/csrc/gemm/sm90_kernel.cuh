@@ -9,8 +9,7 @@
 // clipped by the TMA store; the weight-scale loader predicates the scale block past ceil(n / 128).
 // Rows with Config::kConsumer == kOverlap keep this collective but run the consumer loop of
 // sm90_overlap_mainloop.cuh (promotion of block k-1 under block k's wgmma; the same arithmetic),
-// unswapped or swapped, under either scheduler; kSlab rows (256x128 tiles, unswapped) run
-// sm90_slab_mainloop.cuh (one m64 slab of a warpgroup's accumulator promoted at a time).
+// unswapped or swapped, under either scheduler.
 //
 // Operand roles. Unswapped: kernel-A = activations (M = m), kernel-B = weights (N = n); scale
 // granularity (1, 128, 128): SFA per token and M-major, SFB per 128x128 block and K-major.
@@ -41,7 +40,6 @@
 
 #include "sm90_kernel.h"
 #include "sm90_overlap_mainloop.cuh"
-#include "sm90_slab_mainloop.cuh"
 
 namespace blockfp8::gemm::sm90 {
 
@@ -92,12 +90,11 @@ struct Gemm {
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
-  // The same collective with one of our consumer loops (Config::kConsumer); only mma/mma_tail
-  // differ, so shared storage, stages, the kernel and both schedulers (persistent, stream-K with
-  // its fixup) are unchanged. Each loop static_asserts the layouts and tiles it supports.
-  using CollectiveMainloop = std::conditional_t<
-      Cfg::kConsumer == Consumer::kOverlap, OverlapPromotionMainloop<BuiltMainloop>,
-      std::conditional_t<Cfg::kConsumer == Consumer::kSlab, SlabPromotionMainloop<BuiltMainloop>, BuiltMainloop>>;
+  // The same collective with our consumer loop (Config::kConsumer); only mma/mma_tail differ, so
+  // shared storage, stages, the kernel and both schedulers (persistent, stream-K with its fixup)
+  // are unchanged. The loop static_asserts the layouts and tiles it supports.
+  using CollectiveMainloop = std::conditional_t<Cfg::kConsumer == Consumer::kOverlap,
+                                                OverlapPromotionMainloop<BuiltMainloop>, BuiltMainloop>;
 
   using Scheduler = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler,
                                        cutlass::gemm::PersistentScheduler>;

@@ -25,8 +25,6 @@ enum class Consumer {
   kCutlass,  // CUTLASS's own: each K block's wgmma drained (wait<0>), then promoted
   kOverlap,  // sm90_overlap_mainloop.cuh: block k-1 promoted under block k's wgmma (one atom of
              // M per warpgroup; unswapped and swap-AB rows)
-  kSlab,     // sm90_slab_mainloop.cuh: several m64 slabs per warpgroup (256x128), each slab
-             // issued into a one-slab temporary, drained and promoted in turn (unswapped rows)
 };
 
 // kSwapAB: the kernel computes D^T = B * A^T, so the weight rows (n) fill the 128-row wgmma M side

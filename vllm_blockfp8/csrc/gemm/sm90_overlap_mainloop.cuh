@@ -14,13 +14,12 @@
 //
 // The scale layouts (unswapped: per-row SFA; swap-AB: per-column SFB), their partition like the
 // accumulators, the scale product, the per-block wgmma issue and the promotion are
-// ConsumerLoopParts (sm90_consumer_loop.cuh), shared with sm90_slab_mainloop.cuh; this file is the
-// schedule. Everything else (producer, scale loads, pipeline, shared storage, TMA, epilogue,
+// ConsumerLoopParts (sm90_consumer_loop.cuh); this file is the schedule. Everything else (producer, scale loads, pipeline, shared storage, TMA, epilogue,
 // schedulers) is the CUTLASS collective this derives from; only mma/mma_tail differ.
 //
 // Numerics: bitwise the same as the base collective by construction (for the unswapped 128x128
-// row checked in SASS and on the H200 against the CUTLASS-loop row before that row was deleted;
-// for the swap-AB rows by tests/test_gemm.py's bitwise test, not yet run on a GPU): same wgmma
+// row and the 128x64 swap-AB row checked on the H200 against their CUTLASS-loop rows before those
+// were deleted, the unswapped one also in SASS): same wgmma
 // sequence per block (zeroing first K slice, 4 x K=32), same scale product (the base's operand
 // order: per-row/column scale times the tile's scale), same FFMA per element in the same block
 // order; the base's first promotion compiles to FFMA with +0 (RZ) for its never-initialized

@@ -1,5 +1,5 @@
-// Instantiates tile-table row sm90_swapab_128x64x128_ovl of sm90.cu (bf16 and fp16 out): the swap-AB row
-// sm90_swapab_128x64x128 with our consumer loop (sm90_overlap_mainloop.cuh); see sm90_kernel.cuh.
+// Instantiates tile-table row sm90_swapab_128x64x128_ovl of sm90.cu (bf16 and fp16 out): the 128x64
+// swap-AB row with our consumer loop (sm90_overlap_mainloop.cuh); see sm90_kernel.cuh.
 // One row per file so that the build compiles the rows in parallel. sm_90a only.
 #include "sm90_kernel.cuh"
 

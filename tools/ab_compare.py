@@ -1,0 +1,111 @@
+"""Candidate-vs-base time ratios from `h200_check.sh ab_gemm` runs (the numbers the rules in gemm/NOTES.md read).
+
+    python tools/ab_compare.py BASE_ROW A.json B.json [A2.json B2.json ...] [--out merged.json] [--plot ratios.png]
+
+Each pair of JSON files is one ab_gemm spec: the same forced rows timed in two processes with the
+row order reversed. Per point (shape, M) and candidate row, the ratio is the geometric mean over
+the two runs of candidate time / BASE_ROW time, so each run's drift and its first-variant effects
+cancel between the orders. Printed: per candidate, the geomean over all points and per M, the
+count of points where it is faster, the range and the worst shape. --out writes one compact JSON
+(the runs' headers and every forced-row time, enough to recompute everything printed); --plot
+draws the per-point ratios by M.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def forced_times(path: Path) -> tuple[dict, dict]:
+    """(header, {(shape, m, row): us}) of the forced rows (impl 'ours@ROW') of one run."""
+    data = json.loads(path.read_text())
+    times = {(r["shape"], r["m"], r["impl"].split("@", 1)[1]): r["us"]
+             for r in data["records"] if "@" in r["impl"]}
+    return data["header"], times
+
+
+def ratios(base: str, runs: list[dict]) -> dict[str, dict[int, list[tuple[str, float]]]]:
+    """{candidate: {m: [(shape, ratio)]}} over the points every run timed for both rows."""
+    out: dict[str, dict[int, list[tuple[str, float]]]] = defaultdict(lambda: defaultdict(list))
+    rows = {row for t in runs for (_, _, row) in t} - {base}
+    points = {(s, m) for t in runs for (s, m, _) in t}
+    for row in sorted(rows):
+        for s, m in sorted(points):
+            r = [t[(s, m, row)] / t[(s, m, base)] for t in runs if (s, m, row) in t and (s, m, base) in t]
+            if len(r) == len(runs):
+                out[row][m].append((s, geomean(r)))
+    return out
+
+
+def report(base: str, table) -> list[str]:
+    lines = []
+    for row, by_m in table.items():
+        every = [x for pts in by_m.values() for _, x in pts]
+        lines.append(f"{row} / {base}: {geomean(every):.3f} over {len(every)} points, "
+                     f"faster at {sum(x < 1 for x in every)}")
+        for m, pts in sorted(by_m.items()):
+            v = [x for _, x in pts]
+            worst = max(pts, key=lambda p: p[1])[0]
+            lines.append(f"  M={m:<6} {geomean(v):.3f}  range {min(v):.2f}-{max(v):.2f}  worst {worst}")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("base")
+    ap.add_argument("runs", nargs="+", type=Path, help="JSON files, in (a, b) pairs")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--plot", type=Path)
+    a = ap.parse_args(argv)
+    if len(a.runs) % 2:
+        ap.error("give the JSON files in (a, b) pairs, one pair per ab_gemm spec")
+    loaded = [forced_times(p) for p in a.runs]
+    table: dict = {}
+    for i in range(0, len(loaded), 2):
+        for row, by_m in ratios(a.base, [loaded[i][1], loaded[i + 1][1]]).items():
+            for m, pts in by_m.items():
+                table.setdefault(row, {}).setdefault(m, []).extend(pts)
+    if not table:
+        print(f"no point has both {a.base} and a candidate in every run", file=sys.stderr)
+        return 1
+    print("\n".join(report(a.base, table)))
+    if a.out:
+        merged = {"base": a.base, "runs": [
+            {"file": p.name, "header": h, "us": [[s, m, row, round(us, 3)] for (s, m, row), us in sorted(t.items())]}
+            for p, (h, t) in zip(a.runs, loaded)]}
+        a.out.write_text(json.dumps(merged, separators=(",", ":")))
+    if a.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        all_ms = sorted({m for by_m in table.values() for m in by_m})
+        for j, (row, by_m) in enumerate(table.items()):
+            ms = sorted(by_m)
+            offset = (j - (len(table) - 1) / 2) * 0.12
+            xs = [all_ms.index(m) + offset for m in ms for _ in by_m[m]]
+            ys = [x for m in ms for _, x in by_m[m]]
+            ax.scatter(xs, ys, s=12, label=f"{row} ({geomean(ys):.3f})")
+        ax.set_xticks(range(len(all_ms)), [str(m) for m in all_ms])
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xlabel("M")
+        ax.set_ylabel(f"time / {a.base}")
+        ax.set_title("candidate vs base, geomean of both run orders per point")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(a.plot, dpi=90)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
