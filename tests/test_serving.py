@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import time
 
 import pytest
 
@@ -197,3 +199,47 @@ def test_profile_stage_without_a_trace_fails_the_row(tmp_path, monkeypatch):
     bench.profile("blockfp8")
     [row] = bench.runs
     assert row["status"] == "failed" and "no trace" in row["note"]
+
+
+def test_clock_summary_keeps_busy_samples_and_counts_the_power_cap(tmp_path):
+    """Idle samples, headers and N/A rows are left out; the median SM clock and power of the busy
+    ones and the share at the 700 W cap are what tell two engines' clocks apart."""
+    from benchmarks.serving import run_serving
+
+    path = tmp_path / "x.clock.csv"
+    path.write_text("1, 345, 80.5\n1, 1980, 450.0\n1, 1620, 695.2\n1, 1500, 699.9\n1, [N/A], [N/A]\n1, 19")
+    s = run_serving.clock_summary(path)
+    assert s == {"samples": 6, "busy": 3, "sm_mhz_median": 1620.0, "sm_mhz_min": 1500.0,
+                 "power_w_median": 695.2, "at_cap_share": 2 / 3}
+    assert run_serving.clock_summary(tmp_path / "missing.csv") is None
+    path.write_text("0, 345, 70.0\n")
+    assert run_serving.clock_summary(path) == {"samples": 1, "busy": 0}
+
+
+def test_every_run_samples_the_visible_gpus_clock_and_stops_the_sampler(tmp_path, monkeypatch):
+    """Bench.run starts nvidia-smi on CUDA_VISIBLE_DEVICES beside the command and stops it after;
+    record() adds the summary. A fake nvidia-smi on PATH logs its arguments and prints samples."""
+    import stat
+
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/smi_args\n'
+                    'while true; do echo "1, 1650, 690.0"; sleep 0.05; done\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setattr(run_serving, "gpu_name", lambda: "test")
+    args = argparse.Namespace(fp8block=tmp_path / "fp8", bf16=tmp_path / "bf16", out=tmp_path / "out",
+                              quick=True, compile=False, gpu_mem=0.8, attention_backend="TRITON_ATTN",
+                              budget_s=0, stage_cap_s=100, throughput_cases="prefill",
+                              profile_cases="prefill", profile_prompts=0)
+    bench = run_serving.Bench(args)
+    rc, _, log = bench.run("t", ["sleep", "0.5"], 30)
+    assert rc == 0
+    assert "-i 1" in (tmp_path / "smi_args").read_text()
+    row = bench.record(stage="throughput", variant="blockfp8", case="prefill", rc=rc, log=log)
+    assert row["gpu_clock"]["busy"] >= 3 and row["gpu_clock"]["sm_mhz_median"] == 1650.0
+    assert row["gpu_clock"]["at_cap_share"] == 1.0
+    n = len(run_serving.clock_log(log).read_text().splitlines())
+    time.sleep(0.3)
+    assert len(run_serving.clock_log(log).read_text().splitlines()) == n, "the sampler must be stopped"

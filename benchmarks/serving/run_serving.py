@@ -25,8 +25,9 @@ set and no torch.compile (full CUDA graphs for decode only, ``-cc {"mode": 0, "c
 variants; numbers are indicative only. Pair it with a --layers 4 checkpoint.
 
 Writes OUT/serving.json (every run, its command and its parsed metrics; rewritten after each run, so
-a killed run keeps what finished), OUT/results.md, OUT/serving.png, OUT/logs/*.log; prints a
-summary table last.
+a killed run keeps what finished), OUT/results.md, OUT/serving.png, OUT/logs/*.log (with
+*.clock.csv beside each: the GPU's SM clock and power sampled during the run, summarized as each
+record's ``gpu_clock``); prints a summary table last.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -119,6 +121,7 @@ class Bench:
             proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
                                     env={**os.environ, **env})
             note_pid(proc.pid)
+            sampler = start_clock_sampler(clock_log(log))
             try:
                 rc = proc.wait(timeout=cap)
             except subprocess.TimeoutExpired:
@@ -128,6 +131,9 @@ class Bench:
             except BaseException:  # interrupted (SIGTERM from an outer cap): take the run along
                 stop(proc)
                 raise
+            finally:
+                if sampler is not None:
+                    stop(sampler)
         return rc, time.time() - t, log
 
     def record(self, **row) -> dict:
@@ -137,11 +143,16 @@ class Bench:
         else:
             row["status"] = "ok"
         row["kernel_log"] = kernel_lines(row.get("log"))
+        if row.get("log"):
+            row["gpu_clock"] = clock_summary(clock_log(row["log"]))
         row["log"] = str(row.get("log", ""))
         self.runs.append(row)
         self.save()
+        clock = row.get("gpu_clock") or {}
+        clock_note = (f" [SM {clock['sm_mhz_median']:.0f} MHz, {clock['power_w_median']:.0f} W, "
+                      f"{100 * clock['at_cap_share']:.0f}% at the power cap]" if clock.get("busy") else "")
         print(f"[serving] {row['stage']:<10} {row['variant']:<15} {row.get('case', ''):<8} "
-              f"{row['status']} ({row.get('seconds', 0):.0f}s) {row.get('error', '')}", flush=True)
+              f"{row['status']} ({row.get('seconds', 0):.0f}s){clock_note} {row.get('error', '')}", flush=True)
         return row
 
     def save(self) -> None:
@@ -373,6 +384,57 @@ def kernel_lines(log, n: int = 12) -> list[str]:
     hits = [ln.strip()[-200:] for ln in p.read_text(errors="replace").splitlines()
             if KERNEL_HINT.search(ln) and "args" not in ln and not ln.startswith(VLLM[0])]
     return list(dict.fromkeys(hits))[:n]
+
+
+# SM clock and board power during each run (nvidia-smi, 5 samples per second, the GPUs of
+# CUDA_VISIBLE_DEVICES): the H200 holds 700 W by lowering the SM clock (1.5-1.65 GHz at the cap vs
+# 1.98 GHz below it, benchmarks/results/serving/2026-11-30-x5), so two engines can run the same
+# kernel at different speeds; the summary in each run's record says whether they did.
+CLOCK_QUERY = "index,clocks.sm,power.draw"
+BUSY_W = 200.0  # samples below this are an idle or loading GPU, left out of the summary
+AT_CAP_W = 680.0
+
+
+def clock_log(log) -> Path:
+    return Path(log).with_suffix(".clock.csv")
+
+
+def start_clock_sampler(path: Path):
+    """nvidia-smi writing CLOCK_QUERY rows to path until stop(); None where there is no nvidia-smi."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    cmd = ["nvidia-smi", f"--query-gpu={CLOCK_QUERY}", "--format=csv,noheader,nounits", "-lms", "200"]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if visible and all(x.strip().isdigit() for x in visible.split(",")):
+        cmd += ["-i", visible]
+    try:
+        with open(path, "w") as f:
+            return subprocess.Popen(cmd, stdout=f, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return None
+
+
+def clock_summary(path: Path) -> dict | None:
+    """Median SM clock (MHz) and power (W) over the busy samples (power >= BUSY_W), and the share of
+    them at the power cap; None without samples."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    busy = []
+    for line in lines:
+        try:
+            _, mhz, watts = (float(x) for x in line.split(","))
+        except ValueError:  # a header, "[N/A]" or a partial last line
+            continue
+        if watts >= BUSY_W:
+            busy.append((mhz, watts))
+    if not busy:
+        return {"samples": len(lines), "busy": 0}
+    mhz, watts = sorted(m for m, _ in busy), sorted(w for _, w in busy)
+    return {"samples": len(lines), "busy": len(busy), "sm_mhz_median": mhz[len(mhz) // 2],
+            "sm_mhz_min": mhz[0], "power_w_median": watts[len(watts) // 2],
+            "at_cap_share": sum(w >= AT_CAP_W for w in watts) / len(watts)}
 
 
 def note_pid(pid: int) -> None:
