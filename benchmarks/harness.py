@@ -235,7 +235,7 @@ class Runner:
                                    us=timing.us, floor_us=floor_us, bytes=nbytes, flops=flops,
                                    copies=timing.copies, replays=timing.replays,
                                    spread=timing.spread, method=timing.method,
-                                   note="; ".join(notes)))
+                                   note="; ".join(notes), end_unix=time.time()))
 
     def _settle(self, variants: list[Variant], copies: int) -> None:
         """One untimed pass of the first runnable variant (it also makes the lazy operand copies);

@@ -78,6 +78,7 @@ class Record:
     spread: float = 0.0
     method: str = "graph"
     note: str = ""
+    end_unix: float = 0.0  # time.time() when the point's timing ended: joins it to a clock log
 
     @property
     def is_ours(self) -> bool:

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -172,6 +173,7 @@ def test_shape_and_m_parsing():
 
 def test_dry_run_prints_table_last_then_geomeans(tmp_path, capsys):
     out_json, out_png = tmp_path / "g.json", tmp_path / "g.png"
+    t0 = time.time()
     assert bench_gemv.main(["--dry-run", "--quick", "--rows", "--m", "1,4",
                             "--json", str(out_json), "--plot", str(out_png)]) == 0
     text = capsys.readouterr().out.rstrip().splitlines()
@@ -181,6 +183,9 @@ def test_dry_run_prints_table_last_then_geomeans(tmp_path, capsys):
     data = json.loads(out_json.read_text())
     assert data["header"]["dry_run"] is True and data["records"]
     assert any(r["impl"].startswith("ours@") for r in data["records"])
+    # Each record says when its timing ended (to be joined with h200_check's clock logs), in order.
+    ends = [r["end_unix"] for r in data["records"]]
+    assert t0 <= ends[0] and ends == sorted(ends) and ends[-1] <= time.time()
 
 
 

@@ -47,8 +47,17 @@ stage() {  # stage NAME CAP CMD...
   fi
   # Benchmarks stop starting points 30 s before the cap, so their JSON and table still get written.
   export BENCH_TIME_BUDGET_S=$(( cap > 60 ? cap - 30 : cap ))
+  # SM clock and power beside every stage (5 samples/s): the 700 W cap lowers the SM clock under
+  # long FP8 kernels; benchmark records carry end_unix to be joined with these timestamps.
+  local smi=""
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=index,timestamp,clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 \
+      ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} > "$LOGS/$name.clock.csv" 2>/dev/null &
+    smi=$!
+  fi
   timeout "$cap" "$@" > "$LOGS/$name.log" 2>&1
   local rc=$?
+  [ -n "$smi" ] && kill "$smi" 2>/dev/null
   SUMMARY+=("$(printf '%-16s rc=%-4s %5ss' "$name" "$rc" "$(( $(date +%s) - t0 ))")")
   tail -n 25 "$LOGS/$name.log"
 }
