@@ -111,8 +111,8 @@ struct ConsumerLoopParts {
   }
 
   // One K block (4 wgmma of K = 32) of the rows in `tCrA` into `frag`, the first overwriting it,
-  // committed as one group. The fences keep the
-  // compiler from moving accesses to `frag` across the asynchronous wgmma.
+  // committed as one group. The fences keep the compiler from moving accesses to `frag` across the
+  // asynchronous wgmma.
   template <class Frag, class FragA, class FragB>
   CUTLASS_DEVICE static void issue_k_block(TiledMma& mma, FragA const& tCrA, FragB const& tCrB, Frag& frag,
                                            int stage) {
