@@ -119,7 +119,7 @@ for s in "$@"; do
           --maxfail=10 tests/test_gemm.py 2>&1 | tail -n 3 || rc=1; done; exit $rc' ;;
     racecheck_gemm)  # one process per GEMM row and case, so each hazard report names its launch
       stage racecheck_gemm 420 bash -c 'for r in $(python3 -c "from vllm_blockfp8 import ops; print(\" \".join(x[\"name\"] for x in ops.tile_table(\"gemm\")))"); do
-        for c in 0 1 2; do echo "== racecheck gemm:$r case $c"; compute-sanitizer --tool racecheck --print-limit 2 python3 tools/sanitize_rows.py gemm:$r --case $c 2>&1 | grep -E "^gemm|hazard|Race|SUMMARY|==   *and"; done; done' ;;
+        for c in 0 1 2 3; do echo "== racecheck gemm:$r case $c"; compute-sanitizer --tool racecheck --print-limit 2 python3 tools/sanitize_rows.py gemm:$r --case $c 2>&1 | grep -E "^gemm|hazard|Race|SUMMARY|==   *and"; done; done' ;;
     ncu) # NCU_SECTIONS adds sections, e.g. "MemoryWorkloadAnalysis_Chart MemoryWorkloadAnalysis_Tables" (DRAM detail)
       stage ncu 200 ncu --kernel-name "regex:mma_kernel|per_token_group|device_kernel" --clock-control none \
            --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \

@@ -7,7 +7,9 @@
 // Kernels: CUTLASS cooperative TMA/wgmma mainloop with blockwise scaling (sm90_kernel.cuh); each
 // row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu: sm90_swapab_128x32x128.cu,
 // sm90_swapab_128x64x128_ovl.cu and sm90_coop_128x128x128_c2x1_ovl.cu (the `_ovl` rows run our own
-// consumer loop on that collective: sm90_overlap_mainloop.cuh).
+// consumer loop on that collective: sm90_overlap_mainloop.cuh), and the forced-only candidates
+// sm90_swapab_128x32x128_splitk.cu, sm90_swapab_128x64x128_ovl_splitk.cu (the swap rows with
+// split-K where their tiles leave most SMs idle).
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -50,6 +52,15 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
       "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
+  // Forced-only candidates (after the unbounded row: never selected; max_m is their base row's).
+  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true>>(
+      "sm90_swapab_128x32x128_splitk", 64,
+      "candidate (forced only: after the unbounded row, to be timed against sm90_swapab_128x32x128): the same "
+      "kernel, each tile's K split over up to 4 CTAs where the tiles fill under half the SMs, gemm/NOTES.md"),
+  make_row<Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>>(
+      "sm90_swapab_128x64x128_ovl_splitk", 128,
+      "candidate (forced only: as sm90_swapab_128x32x128_splitk, against sm90_swapab_128x64x128_ovl), "
+      "gemm/NOTES.md"),
 };
 // clang-format on
 

@@ -20,6 +20,7 @@
 // Unsupported: k % 128 != 0, n % 8 != 0 (rejected in sm90.cu), bias, batched problems.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -127,6 +128,18 @@ struct Gemm {
     return k_blocks >= kStreamKMinKBlocks && 2 * tiles < sm_count;
   }
 
+  // Split-K (Config::kSplitK rows, where stream-K does not apply): as many splits as keep every
+  // split's CTA in the first wave (tiles * splits <= SMs), each split at least kSplitKMinKBlocks
+  // deep (its pipeline fill and drain amortized), at most kMaxSplits (the deterministic reduction
+  // serializes one partial-tile pass per extra split). 1 = no split: data-parallel as the base row.
+  static constexpr int64_t kSplitKMinKBlocks = 8;
+  static constexpr int64_t kMaxSplits = 4;
+  static int split_k_count(int64_t tiles, int64_t k_blocks, int sm_count) {
+    if (!Cfg::kSplitK || tiles <= 0) return 1;
+    const int64_t splits = std::min({int64_t(sm_count) / tiles, k_blocks / kSplitKMinKBlocks, kMaxSplits});
+    return splits >= 2 ? int(splits) : 1;
+  }
+
   static Arguments arguments(const Problem& p) {
     const int32_t m = static_cast<int32_t>(p.m);
     const int32_t n = static_cast<int32_t>(p.n);
@@ -185,9 +198,11 @@ struct Gemm {
       using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams;
       const int64_t rows = kSwap ? p.n : p.m, cols = kSwap ? p.m : p.n;
       const int64_t tiles = ((rows + Cfg::kTileM - 1) / Cfg::kTileM) * ((cols + Cfg::kTileN - 1) / Cfg::kTileN);
-      args.scheduler.decomposition_mode = use_stream_k(tiles, kb, p.sm_count)
-                                              ? Params::DecompositionMode::StreamK
-                                              : Params::DecompositionMode::DataParallel;
+      const int splits = split_k_count(tiles, kb, p.sm_count);
+      args.scheduler.decomposition_mode = use_stream_k(tiles, kb, p.sm_count) ? Params::DecompositionMode::StreamK
+                                          : splits > 1 ? Params::DecompositionMode::SplitK
+                                                       : Params::DecompositionMode::DataParallel;
+      args.scheduler.splits = args.scheduler.decomposition_mode == Params::DecompositionMode::SplitK ? splits : 1;
       // Turnstile reduction: partial tiles are summed in K order, so results are bitwise
       // reproducible run to run (Nondeterministic was up to 25% faster on few-tile shapes).
       args.scheduler.reduction_mode = Params::ReductionMode::Deterministic;
