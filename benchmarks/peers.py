@@ -326,6 +326,12 @@ QUANT_PEERS = (
     Peer("torch_eager", "CUDA (reference.quantize_per_token_group, eager torch)", "quant",
          _needs_cuda, lambda m, n, k: _k_block(m, n, k),
          lambda x, mode: (lambda: reference.quantize_per_token_group(x))),
+    # Not a quantizer: the same read and (minus the scales) the same write as one, with no math, as
+    # one elementwise launch. Its "% of copy" at each M is what a kernel of this size reaches at
+    # all (launch, ramp, one-wave tail), the yardstick the quantizer's small-M misses need.
+    Peer("yardstick:cast_fp8", "CUDA (x.to(float8_e4m3fn), torch's elementwise cast: a same-size copy)",
+         "yardstick", _needs_cuda, lambda m, n, k: None,
+         lambda x, mode: (lambda: x.to(torch.float8_e4m3fn))),
 )
 
 

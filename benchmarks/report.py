@@ -63,7 +63,8 @@ def band_of(op: str, m: int) -> str:
 @dataclass
 class Record:
     op: str
-    impl: str            # "ours", "ours@<row>" (forced row) or a peer name
+    impl: str            # "ours", "ours@<row>" (forced row), a peer name, or "yardstick:<name>"
+                         # (same bytes, not the same op: shown and summarized, never a "best peer")
     shape: str
     m: int
     n: int
@@ -83,6 +84,10 @@ class Record:
     @property
     def is_ours(self) -> bool:
         return self.impl.startswith("ours")
+
+    @property
+    def is_yardstick(self) -> bool:
+        return self.impl.startswith("yardstick:")
 
     @property
     def ratio(self) -> float:
@@ -180,7 +185,8 @@ class Report:
         return list(dict.fromkeys(r.impl for r in self.records if not r.is_ours))
 
     def peers_at(self, key: tuple) -> dict[str, Record]:
-        return {r.impl: r for r in self.records if r.key == key and not r.is_ours}
+        """The peers measured at key: what "best peer" and the speedups compare against."""
+        return {r.impl: r for r in self.records if r.key == key and not r.is_ours and not r.is_yardstick}
 
     def ours(self) -> list[Record]:
         return [r for r in self.records if r.is_ours]
@@ -214,7 +220,8 @@ class Report:
                               f"{100 / rec.ratio:.0f}%" if quant else f"{rec.tflops:.1f}"]
                 else:
                     cells += ["-", "-", "-", "-", "-"]
-                cells += [f"{peer_at[p].us:.2f}" if p in peer_at else "-" for p in peers]
+                others = {r.impl: r for r in at if not r.is_ours}  # peers and yardsticks
+                cells += [f"{others[p].us:.2f}" if p in others else "-" for p in peers]
                 cells += [best.impl, f"{best.ratio:.2f}x",
                           f"{best.us / rec.us:.2f}x" if rec else "-"] if best else ["-"] * 3
                 rows.append(cells)

@@ -110,6 +110,19 @@ def test_geomean_and_speedups():
     assert report.speedups(report.records[0]) == {"bf16": 3.0, "vllm": 2.0}
 
 
+def test_a_yardstick_is_shown_but_never_the_best_peer():
+    """A same-bytes yardstick (e.g. a plain cast beside the quantizer) gets its column and its
+    geomean, but speedups and "best peer" compare against real peers only, even when it is faster."""
+    report = fake_report([rec("ours", us=10), rec("vllm", us=20), rec("yardstick:cast", us=5)])
+    assert report.speedups(report.records[0]) == {"vllm": 2.0}
+    lines = report.table().splitlines()
+    assert "yardstick:cast us" in lines[0]
+    cells = lines[2].split()
+    assert "5.00" in cells and cells[-3:] == ["vllm", "4.00x", "2.00x"]
+    head = report.geomean_lines()[0]
+    assert "best peer 4.00x" in head and "yardstick:cast 1.00x" in head
+
+
 def test_table_is_aligned_and_geomean_lines_follow_bands():
     records = []
     for shape, ours_us in (("a", 6.0), ("b", 12.0)):
