@@ -188,7 +188,8 @@ def test_k_block_counts(row, m, n, k, positive, out_dtype):
 def test_split_k_is_reproducible(row, m, n, k):
     """The split-K rows sum each tile's partial results through the workspace in split order
     (CUTLASS's deterministic reduction), so two runs give the same bits; these shapes split 2 and
-    3 ways on both split-K rows (sm90_kernel.cuh's rule)."""
+    3 ways on every split-K row (sm90_kernel.cuh's rule; the 128x128 row through its stream-K
+    twin, whose 2x1 cluster then has one M tile of data)."""
     a, a_scale, b, b_scale = _operands(m, n, k, seed=11)
     first = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
     poison_cuda_cache(m * n * 2)

@@ -8,8 +8,9 @@
 // row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu: sm90_swapab_128x32x128.cu,
 // sm90_swapab_128x64x128_ovl.cu and sm90_coop_128x128x128_c2x1_ovl.cu (the `_ovl` rows run our own
 // consumer loop on that collective: sm90_overlap_mainloop.cuh), and the forced-only candidates
-// sm90_swapab_128x32x128_splitk.cu, sm90_swapab_128x64x128_ovl_splitk.cu (the swap rows with
-// split-K where their tiles leave most SMs idle).
+// sm90_swapab_128x32x128_splitk.cu, sm90_swapab_128x64x128_ovl_splitk.cu and
+// sm90_coop_128x128x128_c2x1_ovl_splitk.cu (those rows with split-K where their tiles leave most
+// SMs idle).
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -60,6 +61,11 @@ const Sm90Row kRows[] = {
   make_row<Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>>(
       "sm90_swapab_128x64x128_ovl_splitk", 128,
       "candidate (forced only: as sm90_swapab_128x32x128_splitk, against sm90_swapab_128x64x128_ovl), "
+      "gemm/NOTES.md"),
+  make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, true>>(
+      "sm90_coop_128x128x128_c2x1_ovl_splitk", kUnboundedM,
+      "candidate (forced only: against sm90_coop_128x128x128_c2x1_ovl at M = 256): that row, and its "
+      "stream-K-scheduler twin where the tiles fill at most half the SMs (split-K) or stream-K's rule fires, "
       "gemm/NOTES.md"),
 };
 // clang-format on

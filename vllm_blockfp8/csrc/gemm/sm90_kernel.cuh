@@ -44,6 +44,51 @@
 
 namespace blockfp8::gemm::sm90 {
 
+// How a stream-K-scheduler row decomposes problem p. Stream-K pays a fixed cost (workspace memset
+// node, partial-tile fixup: 2-8 us measured on the H200) and wins only when few tiles each have a
+// long K to split. Otherwise, on Config::kSplitK rows, split-K: as many splits as keep every
+// split's CTA in the first wave (tiles * splits <= SMs), each split at least kSplitKMinKBlocks deep
+// (its pipeline fill and drain amortized), at most kMaxSplits (the deterministic reduction
+// serializes one partial-tile pass per extra split). Neither: data-parallel.
+struct Decomposition {
+  bool stream_k = false;
+  int splits = 1;
+};
+constexpr int64_t kStreamKMinKBlocks = 96;
+constexpr int64_t kSplitKMinKBlocks = 8;
+constexpr int64_t kMaxSplits = 4;
+
+template <class Cfg>
+Decomposition decomposition(const Problem& p) {
+  const int64_t rows = Cfg::kSwapAB ? p.n : p.m, cols = Cfg::kSwapAB ? p.m : p.n;
+  const int64_t tiles = ((rows + Cfg::kTileM - 1) / Cfg::kTileM) * ((cols + Cfg::kTileN - 1) / Cfg::kTileN);
+  const int64_t k_blocks = p.k / 128;
+  Decomposition d;
+  if (k_blocks >= kStreamKMinKBlocks && 2 * tiles < p.sm_count) {
+    d.stream_k = true;
+  } else if (Cfg::kSplitK && tiles > 0) {
+    const int64_t splits = std::min({int64_t(p.sm_count) / tiles, k_blocks / kSplitKMinKBlocks, kMaxSplits});
+    d.splits = splits >= 2 ? int(splits) : 1;
+  }
+  return d;
+}
+
+// The stream-K-scheduler twin of a persistent kSplitK row: the same tile, cluster and consumer loop.
+template <class Cfg>
+using SplitTwin = Config<Cfg::kSwapAB, Cfg::kTileM, Cfg::kTileN, Cfg::kClusterM, Cfg::kClusterN,
+                         Schedule::kCooperativeStreamK, Cfg::kConsumer, true>;
+
+// Whether a persistent kSplitK row hands p to its twin: where the twin would not run data-parallel.
+template <class Cfg>
+bool runs_split_twin(const Problem& p) {
+  if constexpr (Cfg::kSplitK && Cfg::kSchedule == Schedule::kCooperative) {
+    const Decomposition d = decomposition<SplitTwin<Cfg>>(p);
+    return d.stream_k || d.splits > 1;
+  } else {
+    return false;
+  }
+}
+
 template <class Cfg, class ElementD>
 struct Gemm {
   using ElementAB = cutlass::float_e4m3_t;
@@ -121,24 +166,6 @@ struct Gemm {
         make_stride(make_stride(_0{}, kb), make_stride(_0{}, _1{}), nb * kb));
   }
 
-  // Stream-K pays a fixed cost (workspace memset node, partial-tile fixup: 2-8 us measured on the
-  // H200) and wins only when few tiles each have a long K to split; otherwise data-parallel.
-  static constexpr int64_t kStreamKMinKBlocks = 96;
-  static bool use_stream_k(int64_t tiles, int64_t k_blocks, int sm_count) {
-    return k_blocks >= kStreamKMinKBlocks && 2 * tiles < sm_count;
-  }
-
-  // Split-K (Config::kSplitK rows, where stream-K does not apply): as many splits as keep every
-  // split's CTA in the first wave (tiles * splits <= SMs), each split at least kSplitKMinKBlocks
-  // deep (its pipeline fill and drain amortized), at most kMaxSplits (the deterministic reduction
-  // serializes one partial-tile pass per extra split). 1 = no split: data-parallel as the base row.
-  static constexpr int64_t kSplitKMinKBlocks = 8;
-  static constexpr int64_t kMaxSplits = 4;
-  static int split_k_count(int64_t tiles, int64_t k_blocks, int sm_count) {
-    if (!Cfg::kSplitK || tiles <= 0) return 1;
-    const int64_t splits = std::min({int64_t(sm_count) / tiles, k_blocks / kSplitKMinKBlocks, kMaxSplits});
-    return splits >= 2 ? int(splits) : 1;
-  }
 
   static Arguments arguments(const Problem& p) {
     const int32_t m = static_cast<int32_t>(p.m);
@@ -196,13 +223,11 @@ struct Gemm {
     args.scheduler.max_swizzle_size = p.max_swizzle;
     if constexpr (kStreamK) {
       using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams;
-      const int64_t rows = kSwap ? p.n : p.m, cols = kSwap ? p.m : p.n;
-      const int64_t tiles = ((rows + Cfg::kTileM - 1) / Cfg::kTileM) * ((cols + Cfg::kTileN - 1) / Cfg::kTileN);
-      const int splits = split_k_count(tiles, kb, p.sm_count);
-      args.scheduler.decomposition_mode = use_stream_k(tiles, kb, p.sm_count) ? Params::DecompositionMode::StreamK
-                                          : splits > 1 ? Params::DecompositionMode::SplitK
-                                                       : Params::DecompositionMode::DataParallel;
-      args.scheduler.splits = args.scheduler.decomposition_mode == Params::DecompositionMode::SplitK ? splits : 1;
+      const Decomposition d = decomposition<Cfg>(p);
+      args.scheduler.decomposition_mode = d.stream_k     ? Params::DecompositionMode::StreamK
+                                          : d.splits > 1 ? Params::DecompositionMode::SplitK
+                                                         : Params::DecompositionMode::DataParallel;
+      args.scheduler.splits = d.stream_k ? 1 : d.splits;
       // Turnstile reduction: partial tiles are summed in K order, so results are bitwise
       // reproducible run to run (Nondeterministic was up to 25% faster on few-tile shapes).
       args.scheduler.reduction_mode = Params::ReductionMode::Deterministic;
@@ -228,12 +253,18 @@ struct Gemm {
 
 template <class Cfg>
 cudaError_t launch_config(const Problem& p, cudaStream_t stream) {
+  if constexpr (Cfg::kSplitK && Cfg::kSchedule == Schedule::kCooperative) {
+    if (runs_split_twin<Cfg>(p)) return launch_config<SplitTwin<Cfg>>(p, stream);
+  }
   return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::launch(p, stream)
                     : Gemm<Cfg, cutlass::half_t>::launch(p, stream);
 }
 
 template <class Cfg>
 size_t workspace_config(const Problem& p) {
+  if constexpr (Cfg::kSplitK && Cfg::kSchedule == Schedule::kCooperative) {
+    if (runs_split_twin<Cfg>(p)) return workspace_config<SplitTwin<Cfg>>(p);
+  }
   return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::workspace(p)
                     : Gemm<Cfg, cutlass::half_t>::workspace(p);
 }
