@@ -289,7 +289,9 @@ class Report:
 
     def write_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        # Compact: the results are committed and every committed byte travels to the GPU machine,
+        # whose copy of the tree is capped (indented, the benchmark JSON was ~30% larger).
+        path.write_text(json.dumps(self.to_json(), separators=(",", ":")) + "\n")
 
     def plot(self, path: Path) -> str | None:
         """time/floor vs M, one subplot per (op, shape), ours and each peer as lines."""
