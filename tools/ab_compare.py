@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+from benchmarks.report import geomean  # noqa: E402
 
 
 def forced_times(path: Path) -> tuple[dict, dict]:

@@ -48,7 +48,8 @@ stage() {  # stage NAME CAP CMD...
   # Benchmarks stop starting points 30 s before the cap, so their JSON and table still get written.
   export BENCH_TIME_BUDGET_S=$(( cap > 60 ? cap - 30 : cap ))
   # SM clock and power beside every stage (5 samples/s): the 700 W cap lowers the SM clock under
-  # long FP8 kernels; benchmark records carry end_unix to be joined with these timestamps.
+  # long FP8 kernels; benchmark records carry end_unix to be joined with these timestamps. The
+  # query is run_serving.CLOCK_QUERY, so its clock_summary() reads these logs too.
   local smi=""
   if command -v nvidia-smi > /dev/null; then
     nvidia-smi --query-gpu=index,timestamp,clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 \

@@ -389,8 +389,9 @@ def kernel_lines(log, n: int = 12) -> list[str]:
 # SM clock and board power during each run (nvidia-smi, 5 samples per second, the GPUs of
 # CUDA_VISIBLE_DEVICES): the H200 holds 700 W by lowering the SM clock (1.5-1.65 GHz at the cap vs
 # 1.98 GHz below it, benchmarks/results/serving/2026-11-30-x5), so two engines can run the same
-# kernel at different speeds; the summary in each run's record says whether they did.
-CLOCK_QUERY = "index,clocks.sm,power.draw"
+# kernel at different speeds; the summary in each run's record says whether they did. The same
+# query as tools/h200_check.sh's per-stage logs, so clock_summary reads those too.
+CLOCK_QUERY = "index,timestamp,clocks.sm,power.draw"
 BUSY_W = 200.0  # samples below this are an idle or loading GPU, left out of the summary
 AT_CAP_W = 680.0
 
@@ -423,8 +424,8 @@ def clock_summary(path: Path) -> dict | None:
         return None
     busy = []
     for line in lines:
-        try:
-            _, mhz, watts = (float(x) for x in line.split(","))
+        try:  # the last two fields: SM clock and power (CLOCK_QUERY)
+            mhz, watts = (float(x) for x in line.split(",")[-2:])
         except ValueError:  # a header, "[N/A]" or a partial last line
             continue
         if watts >= BUSY_W:
