@@ -6,7 +6,9 @@ at the measured copy bandwidth, so "/floor" inverts to the % of copy bandwidth i
 Peers: vllm_quant (vLLM's CUDA per_token_group_fp8_quant, same layout) and torch_eager (the
 reference quantizer as eager torch ops); beside them yardstick:cast_fp8, not a quantizer and never
 the "best peer": torch's bf16 -> fp8 cast, the same bytes without the scales or the math, i.e.
-what one launch of this size reaches at all. Rotation: copies of x until 256 MiB (at most 256
+what one launch of this size reaches at all; and yardstick:copy, a device-to-device copy of the same
+traffic, whose time over ours is the % of copy bandwidth at this size (the floor's rate is a
+large copy's). Rotation: copies of x until 256 MiB (at most 256
 copies: below M ~ 128 the inputs stay L2-resident, where the quantizer is launch-bound anyway).
 ours = the row the op selects by M (shown); --rows adds every row of the quant tile table forced
 through ops.per_token_group_quant(x, row=i), timed by the same harness on the same copies.

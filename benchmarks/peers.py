@@ -332,7 +332,18 @@ QUANT_PEERS = (
     Peer("yardstick:cast_fp8", "CUDA (x.to(float8_e4m3fn), torch's elementwise cast: a same-size copy)",
          "yardstick", _needs_cuda, lambda m, n, k: None,
          lambda x, mode: (lambda: x.to(torch.float8_e4m3fn))),
+    # A device-to-device copy moving the quantizer's traffic (1.5*M*K bytes read and written = 2*M*K
+    # read + M*K written): "copy bandwidth" at this size, launch and ramp included, which the
+    # floor's large-copy rate leaves out.
+    Peer("yardstick:copy", "CUDA (Tensor.copy_ of 1.5*M*K bytes device to device: the same traffic)",
+         "yardstick", _needs_cuda, lambda m, n, k: None, lambda x, mode: _same_traffic_copy(x)),
 )
+
+
+def _same_traffic_copy(x: torch.Tensor):
+    src = x.view(torch.uint8).reshape(-1)[: 3 * x.numel() // 2]
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)
 
 
 def select(peers: tuple, spec: str) -> list[Peer]:

@@ -11,6 +11,7 @@
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -113,6 +114,25 @@ const TileOrder& sm90_env_tile_order() {
     return o;
   }();
   return order;
+}
+
+// BLOCKFP8_SM90_SPLITS (N >= 1) and BLOCKFP8_SM90_REDUCTION (nondeterministic): benchmark switches
+// for the split-K rows only (gemm/NOTES.md): N splits wherever the row would split or run
+// data-parallel, and partial tiles added in arrival order. Read once per process.
+struct SplitOverride {
+  int splits = 0;
+  bool nondeterministic = false;
+};
+
+const SplitOverride& sm90_env_split_override() {
+  static const SplitOverride over = [] {
+    SplitOverride o;
+    if (const char* s = std::getenv("BLOCKFP8_SM90_SPLITS"); s && *s) o.splits = std::max(0, std::atoi(s));
+    if (const char* r = std::getenv("BLOCKFP8_SM90_REDUCTION"); r && *r)
+      o.nondeterministic = std::string(r) == "nondeterministic";
+    return o;
+  }();
+  return over;
 }
 
 bool is_16bit(ScalarType t) { return t == ScalarType::BFloat16 || t == ScalarType::Half; }
@@ -241,6 +261,8 @@ Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const T
     p.raster = order.raster;
     p.max_swizzle = order.max_swizzle;
   }
+  p.splits = sm90_env_split_override().splits;
+  p.nondeterministic_reduction = sm90_env_split_override().nondeterministic;
   const int i = pick_row<GemmFamily>("gemm", int(row), p);
   log_row("gemm", gemm::row(i).name, m, n, k);
   std::optional<Tensor> workspace;

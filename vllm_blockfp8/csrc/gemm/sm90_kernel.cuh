@@ -67,7 +67,8 @@ Decomposition decomposition(const Problem& p) {
   if (k_blocks >= kStreamKMinKBlocks && 2 * tiles < p.sm_count) {
     d.stream_k = true;
   } else if (Cfg::kSplitK && tiles > 0) {
-    const int64_t splits = std::min({int64_t(p.sm_count) / tiles, k_blocks / kSplitKMinKBlocks, kMaxSplits});
+    const int64_t splits = p.splits > 0 ? std::min(int64_t(p.splits), k_blocks)
+                                        : std::min({int64_t(p.sm_count) / tiles, k_blocks / kSplitKMinKBlocks, kMaxSplits});
     d.splits = splits >= 2 ? int(splits) : 1;
   }
   return d;
@@ -230,7 +231,8 @@ struct Gemm {
       args.scheduler.splits = d.stream_k ? 1 : d.splits;
       // Turnstile reduction: partial tiles are summed in K order, so results are bitwise
       // reproducible run to run (Nondeterministic was up to 25% faster on few-tile shapes).
-      args.scheduler.reduction_mode = Params::ReductionMode::Deterministic;
+      args.scheduler.reduction_mode = p.nondeterministic_reduction ? Params::ReductionMode::Nondeterministic
+                                                                   : Params::ReductionMode::Deterministic;
     }
     return args;
   }
