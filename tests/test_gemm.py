@@ -157,9 +157,10 @@ K_BLOCK_CASES = [
     (48, 2112, 12288, False),   # 96 blocks, ragged N and M, 17-34 swap tiles: the swap rows' stream-K
                                 # decomposition (k / 128 >= 96 and 2 * tiles < SMs) with partial tiles
                                 # reduced through the workspace
-    (64, 2112, 3200, False),    # 25 blocks on 17-34 swap tiles: the split-K rows' 3-way split (9 + 8 + 8
-                                # blocks, uneven), partials reduced through the workspace
-    (40, 4096, 2048, False),    # 16 blocks on 32 swap tiles: a 2-way split of 8 blocks each
+    (64, 2112, 7168, False),    # 56 blocks on 17-34 swap tiles: the swap rows' 3-way split-K (19 + 19 +
+                                # 18 blocks, uneven), partials reduced through the workspace
+    (40, 4096, 7168, False),    # 56 blocks on 32-64 swap tiles: a 2-way (128x32) or 3-way (128x64) split
+    (40, 4096, 2048, False),    # 16 blocks on 32 swap tiles: too short to split, data-parallel
     # Ragged last M tiles at 1, 2 and 3 blocks (written for 256-row tiles, which were measured and
     # dropped; at 128 rows they still leave a warpgroup's rows partly or wholly zero-filled):
     (4000, 4224, 128, False),   # one block per tile, many tiles per CTA (the stage ring wraps across
@@ -173,23 +174,25 @@ K_BLOCK_CASES = [
 @pytest.mark.parametrize("m,n,k,positive", K_BLOCK_CASES)
 @pytest.mark.parametrize("row", ROWS)
 def test_k_block_counts(row, m, n, k, positive, out_dtype):
-    """1, 2, 3, 9, 16, 25, 56, 96 and 128 K blocks on every row: the overlapped consumer loop
+    """1, 2, 3, 9, 16, 56, 96 and 128 K blocks on every row: the overlapped consumer loop
     (sm90_overlap_mainloop.cuh) has separate paths for an odd and an even block count and for a
     single block, the pipeline's stage ring wraps at different points (K = 128 is only here), the
-    swap rows' stream-K units and the split-K rows' even and uneven splits hand it partial tiles;
+    swap rows' stream-K units and their even and uneven K splits hand it partial tiles;
     ragged last M tiles at 1, 2 and 3 blocks.
     Before the CUTLASS-loop rows were deleted, this case list showed each overlapped row bitwise
     equal to its CUTLASS-loop row on the H200 (gemm/NOTES.md)."""
     _check(m, n, k, out_dtype, row, seed=7, positive=positive)
 
 
-@pytest.mark.parametrize("m,n,k", [(64, 2112, 3200), (40, 4096, 2048)])
-@pytest.mark.parametrize("row", [r for r in ROWS if r.endswith("_splitk")])
+SPLIT_K_ROWS = ["sm90_swapab_128x32x128", "sm90_swapab_128x64x128_ovl"]
+
+
+@pytest.mark.parametrize("m,n,k", [(64, 2112, 7168), (40, 4096, 7168)])
+@pytest.mark.parametrize("row", SPLIT_K_ROWS)
 def test_split_k_is_reproducible(row, m, n, k):
-    """The split-K rows sum each tile's partial results through the workspace in split order
-    (CUTLASS's deterministic reduction), so two runs give the same bits; these shapes split 2 and
-    3 ways on every split-K row (sm90_kernel.cuh's rule; the 128x128 row through its stream-K
-    twin, whose 2x1 cluster then has one M tile of data)."""
+    """The split-K capable rows sum each tile's partial results through the workspace in split
+    order (CUTLASS's deterministic reduction), so two runs give the same bits; these shapes split
+    2 and 3 ways (sm90_kernel.cuh's rule: K >= 7168 on tiles filling at most half the SMs)."""
     a, a_scale, b, b_scale = _operands(m, n, k, seed=11)
     first = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
     poison_cuda_cache(m * n * 2)

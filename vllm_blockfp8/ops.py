@@ -57,7 +57,7 @@ def _load_extension():
 
 # Switches that replace the SM90 GEMM's default persistent tile order (gemm/NOTES.md), read once by the
 # extension. Checked here so a typo fails at import with its name, not silently or mid-op.
-# The split-K switches act on the forced-only `_splitk` candidate rows alone.
+# The split-K switches act on the split-K capable rows (the SM90 swap-AB rows) alone.
 TILE_ORDER_ENV = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n"),
                   "BLOCKFP8_SM90_SWIZZLE": ("1", "2", "4", "8"),
                   "BLOCKFP8_SM90_SPLITS": ("1", "2", "3", "4", "6", "8"),

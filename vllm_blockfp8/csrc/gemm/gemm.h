@@ -39,7 +39,7 @@ struct Problem {
   // ops.cpp sets them only from BLOCKFP8_SM90_RASTER / _SWIZZLE (benchmark switches).
   int raster = -1;
   int max_swizzle = 1;
-  // Split-K rows only (Config::kSplitK), benchmark switches set by ops.cpp from BLOCKFP8_SM90_SPLITS /
+  // Split-K capable rows only (Config::kSplitK), benchmark switches set by ops.cpp from BLOCKFP8_SM90_SPLITS /
   // BLOCKFP8_SM90_REDUCTION: splits > 0 replaces the row's split rule (1 = never split; capped at the
   // K blocks), and nondeterministic_reduction lets the partial tiles add in arrival order.
   int splits = 0;

@@ -7,10 +7,8 @@
 // Kernels: CUTLASS cooperative TMA/wgmma mainloop with blockwise scaling (sm90_kernel.cuh); each
 // row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu: sm90_swapab_128x32x128.cu,
 // sm90_swapab_128x64x128_ovl.cu and sm90_coop_128x128x128_c2x1_ovl.cu (the `_ovl` rows run our own
-// consumer loop on that collective: sm90_overlap_mainloop.cuh), and the forced-only candidates
-// sm90_swapab_128x32x128_splitk.cu, sm90_swapab_128x64x128_ovl_splitk.cu and
-// sm90_coop_128x128x128_c2x1_ovl_splitk.cu (those rows with split-K where their tiles leave most
-// SMs idle).
+// consumer loop on that collective: sm90_overlap_mainloop.cuh). The swap rows split K (split-K of
+// the stream-K scheduler) where their tiles leave most SMs idle and K >= 7168.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -42,31 +40,19 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason) 
 // [, consumer loop]> in the kernel's operand order (weights x tokens when swapped). Each row is
 // instantiated in sm90_<name>.cu. Reasons quote GEMM-only times on the H200 (NOTES.md has the tables).
 const Sm90Row kRows[] = {
-  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK>>("sm90_swapab_128x32x128", 64,
+  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true>>("sm90_swapab_128x32x128", 64,
       "swap-AB puts tokens on the cheap wgmma N side (32 wide); each CTA is K-block latency bound, so many small "
-      "tiles win: fastest row at every M <= 64 on all 8 benchmark shapes"),
-  make_row<Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>>("sm90_swapab_128x64x128_ovl", 128,
+      "tiles win: fastest row at every M <= 64 on all 8 benchmark shapes; split-K at K >= 7168 on few tiles "
+      "(2112x7168: 0.87-0.95x the unsplit time; shorter K lost up to 1.4x, gemm/NOTES.md sixth session)"),
+  make_row<Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>>("sm90_swapab_128x64x128_ovl", 128,
       "M in (64, 128]: one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% on 6 of 8 shapes); "
-      "our overlapped consumer loop takes 6.1% off that (30 points, M = 96 and 128, both run orders, faster at 28)"),
+      "our overlapped consumer loop takes 6.1% off that (30 points, M = 96 and 128, both run orders, faster at 28); "
+      "split-K as the row above (0.87-0.92x on 2112x7168 and 4096x7168)"),
   make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap>>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
       "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  // Forced-only candidates (after the unbounded row: never selected; max_m is their base row's).
-  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true>>(
-      "sm90_swapab_128x32x128_splitk", 64,
-      "candidate (forced only: after the unbounded row, to be timed against sm90_swapab_128x32x128): the same "
-      "kernel, each tile's K split over up to 4 CTAs where the tiles fill under half the SMs, gemm/NOTES.md"),
-  make_row<Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>>(
-      "sm90_swapab_128x64x128_ovl_splitk", 128,
-      "candidate (forced only: as sm90_swapab_128x32x128_splitk, against sm90_swapab_128x64x128_ovl), "
-      "gemm/NOTES.md"),
-  make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, true>>(
-      "sm90_coop_128x128x128_c2x1_ovl_splitk", kUnboundedM,
-      "candidate (forced only: against sm90_coop_128x128x128_c2x1_ovl at M = 256): that row, and its "
-      "stream-K-scheduler twin where the tiles fill at most half the SMs (split-K) or stream-K's rule fires, "
-      "gemm/NOTES.md"),
 };
 // clang-format on
 

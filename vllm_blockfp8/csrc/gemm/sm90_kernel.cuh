@@ -46,17 +46,18 @@ namespace blockfp8::gemm::sm90 {
 
 // How a stream-K-scheduler row decomposes problem p. Stream-K pays a fixed cost (workspace memset
 // node, partial-tile fixup: 2-8 us measured on the H200) and wins only when few tiles each have a
-// long K to split. Otherwise, on Config::kSplitK rows, split-K: as many splits as keep every
-// split's CTA in the first wave (tiles * splits <= SMs), each split at least kSplitKMinKBlocks deep
-// (its pipeline fill and drain amortized), at most kMaxSplits (the deterministic reduction
-// serializes one partial-tile pass per extra split). Neither: data-parallel.
+// long K to split. Otherwise, on Config::kSplitK rows, split-K where the tiles fill at most half
+// the SMs and K is long: s = min(SMs / tiles, kMaxSplits) CTAs per tile, each in the first wave.
+// Each split pays ~5-6 us for its partial-tile pass on the H200 (gemm/NOTES.md, sixth session), so
+// only K >= kSplitKMinKBlocks blocks saves more mainloop than that; 4 splits lost to 3.
+// Neither: data-parallel. Problem::splits (a benchmark switch) replaces the split rule.
 struct Decomposition {
   bool stream_k = false;
   int splits = 1;
 };
 constexpr int64_t kStreamKMinKBlocks = 96;
-constexpr int64_t kSplitKMinKBlocks = 8;
-constexpr int64_t kMaxSplits = 4;
+constexpr int64_t kSplitKMinKBlocks = 56;
+constexpr int64_t kMaxSplits = 3;
 
 template <class Cfg>
 Decomposition decomposition(const Problem& p) {
@@ -68,26 +69,11 @@ Decomposition decomposition(const Problem& p) {
     d.stream_k = true;
   } else if (Cfg::kSplitK && tiles > 0) {
     const int64_t splits = p.splits > 0 ? std::min(int64_t(p.splits), k_blocks)
-                                        : std::min({int64_t(p.sm_count) / tiles, k_blocks / kSplitKMinKBlocks, kMaxSplits});
+                           : k_blocks >= kSplitKMinKBlocks ? std::min(int64_t(p.sm_count) / tiles, kMaxSplits)
+                                                           : 1;
     d.splits = splits >= 2 ? int(splits) : 1;
   }
   return d;
-}
-
-// The stream-K-scheduler twin of a persistent kSplitK row: the same tile, cluster and consumer loop.
-template <class Cfg>
-using SplitTwin = Config<Cfg::kSwapAB, Cfg::kTileM, Cfg::kTileN, Cfg::kClusterM, Cfg::kClusterN,
-                         Schedule::kCooperativeStreamK, Cfg::kConsumer, true>;
-
-// Whether a persistent kSplitK row hands p to its twin: where the twin would not run data-parallel.
-template <class Cfg>
-bool runs_split_twin(const Problem& p) {
-  if constexpr (Cfg::kSplitK && Cfg::kSchedule == Schedule::kCooperative) {
-    const Decomposition d = decomposition<SplitTwin<Cfg>>(p);
-    return d.stream_k || d.splits > 1;
-  } else {
-    return false;
-  }
 }
 
 template <class Cfg, class ElementD>
@@ -255,18 +241,12 @@ struct Gemm {
 
 template <class Cfg>
 cudaError_t launch_config(const Problem& p, cudaStream_t stream) {
-  if constexpr (Cfg::kSplitK && Cfg::kSchedule == Schedule::kCooperative) {
-    if (runs_split_twin<Cfg>(p)) return launch_config<SplitTwin<Cfg>>(p, stream);
-  }
   return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::launch(p, stream)
                     : Gemm<Cfg, cutlass::half_t>::launch(p, stream);
 }
 
 template <class Cfg>
 size_t workspace_config(const Problem& p) {
-  if constexpr (Cfg::kSplitK && Cfg::kSchedule == Schedule::kCooperative) {
-    if (runs_split_twin<Cfg>(p)) return workspace_config<SplitTwin<Cfg>>(p);
-  }
   return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::workspace(p)
                     : Gemm<Cfg, cutlass::half_t>::workspace(p);
 }

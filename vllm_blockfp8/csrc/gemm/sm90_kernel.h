@@ -34,11 +34,9 @@ enum class Consumer {
 // kernel): one warpgroup's promotion FMAs overlap the other's wgmma.
 // kConsumer: the consumer loop (above); defaulted so that the rows that do not ask for one of ours
 // keep CUTLASS's mainloop unchanged.
-// kSplitK: where the row's tiles fill at most half the GPU, split each tile's K over up to 4 CTAs
-// (CUTLASS's split-K decomposition of the stream-K scheduler; sm90_kernel.cuh has the rule). A
-// kCooperativeStreamK row takes it as a runtime argument of its own kernel; a kCooperative row
-// (persistent scheduler, which cannot split) also instantiates its stream-K-scheduler twin and
-// runs it at exactly those problems (and where stream-K's own rule fires), itself everywhere else.
+// kSplitK: where the row's tiles fill at most half the GPU and K is long, split each tile's K over
+// up to 3 CTAs (CUTLASS's split-K decomposition of the stream-K scheduler; the rule is in
+// sm90_kernel.cuh). A runtime argument of the kernel, so kCooperativeStreamK rows only.
 template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_,
           Consumer kConsumer_ = Consumer::kCutlass, bool kSplitK_ = false>
 struct Config {
@@ -51,6 +49,7 @@ struct Config {
   static constexpr Schedule kSchedule = kSchedule_;
   static constexpr Consumer kConsumer = kConsumer_;
   static constexpr bool kSplitK = kSplitK_;
+  static_assert(!kSplitK || kSchedule == Schedule::kCooperativeStreamK, "only the stream-K scheduler splits K");
 };
 
 // Defined in sm90_kernel.cuh; instantiated once per configuration in its sm90_<row>.cu file.
