@@ -8,6 +8,7 @@ with every peer measured there. Bands follow shared/BENCHMARKS.md's target table
 from __future__ import annotations
 
 import datetime
+import gzip
 import json
 import math
 import os
@@ -289,9 +290,14 @@ class Report:
 
     def write_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # Compact: the results are committed and every committed byte travels to the GPU machine,
-        # whose copy of the tree is capped (indented, the benchmark JSON was ~30% larger).
-        path.write_text(json.dumps(self.to_json(), separators=(",", ":")) + "\n")
+        # Compact, and gzip-compressed for a ".json.gz" path (5x smaller): the results are committed
+        # and every committed byte travels to the GPU machine, whose copy of the tree is capped.
+        text = json.dumps(self.to_json(), separators=(",", ":")) + "\n"
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "wt") as f:
+                f.write(text)
+        else:
+            path.write_text(text)
 
     def plot(self, path: Path) -> str | None:
         """time/floor vs M, one subplot per (op, shape), ours and each peer as lines."""

@@ -5,6 +5,7 @@ ceilings, the Triton GEMM and the torch._scaled_mm block-scaled call on a GPU wh
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -159,6 +160,18 @@ def test_json_has_header_records_speedups_and_skips(tmp_path):
         assert key in ours
     assert ours["speedup"] == {"bf16": 2.5}
     assert data["skipped"][0]["reason"] == "not installed"
+
+
+def test_json_gz_path_is_compressed_and_holds_the_same_json(tmp_path):
+    report = fake_report([rec("ours", row="r0"), rec("bf16", us=25.0)])
+    report.write_json(tmp_path / "out.json")
+    report.write_json(tmp_path / "out.json.gz")
+    packed = (tmp_path / "out.json.gz").read_bytes()
+    assert packed[:2] == b"\x1f\x8b"
+    plain, unpacked = (json.loads(t) for t in ((tmp_path / "out.json").read_text(), gzip.decompress(packed)))
+    for data in (plain, unpacked):
+        data["header"].pop("date", None)
+    assert plain == unpacked
 
 
 def test_plot_writes_a_png(tmp_path):

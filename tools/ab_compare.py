@@ -1,6 +1,7 @@
 """Candidate-vs-base time ratios from `h200_check.sh ab_gemm` runs (the numbers the rules in gemm/NOTES.md read).
 
     python tools/ab_compare.py BASE_ROW A.json B.json [A2.json B2.json ...] [--out merged.json] [--plot ratios.png]
+    python tools/ab_compare.py --settings BASE_SETTING CAND1.json BASE1.json CAND2.json BASE2.json ...
 
 Each pair of JSON files is one ab_gemm spec: the same forced rows timed in two processes with the
 row order reversed. Per point (shape, M) and candidate row, the ratio is the geometric mean over
@@ -8,12 +9,15 @@ the two runs of candidate time / BASE_ROW time, so each run's drift and its firs
 cancel between the orders. Printed: per candidate, the geomean over all points and per M, the
 count of points where it is faster, the range and the worst shape. --out writes one compact JSON
 (the runs' headers and every forced-row time, enough to recompute everything printed); --plot
-draws the per-point ratios by M.
+draws the per-point ratios by M. --settings compares one setting of the same rows against another
+(an environment switch, each setting in its own process): pairs (candidate run, base run), ideally
+run in the order candidate, base, base, candidate so that drift cancels as well.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from collections import defaultdict
@@ -26,7 +30,7 @@ from benchmarks.report import geomean  # noqa: E402
 
 def forced_times(path: Path) -> tuple[dict, dict]:
     """(header, {(shape, m, row): us}) of the forced rows (impl 'ours@ROW') of one run."""
-    data = json.loads(path.read_text())
+    data = json.loads(gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_text())
     times = {(r["shape"], r["m"], r["impl"].split("@", 1)[1]): r["us"]
              for r in data["records"] if "@" in r["impl"]}
     return data["header"], times
@@ -45,6 +49,14 @@ def ratios(base: str, runs: list[dict]) -> dict[str, dict[int, list[tuple[str, f
     return out
 
 
+def setting_ratios(cand: dict, base: dict, out: dict) -> None:
+    """--settings: the same rows timed under two settings (e.g. an environment switch) in two
+    processes; adds {row: {m: [(shape, cand / base)]}} for the points both timed."""
+    for (s, m, row), us in sorted(cand.items()):
+        if (s, m, row) in base:
+            out.setdefault(row, {}).setdefault(m, []).append((s, us / base[(s, m, row)]))
+
+
 def report(base: str, table) -> list[str]:
     lines = []
     for row, by_m in table.items():
@@ -60,8 +72,11 @@ def report(base: str, table) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("base")
+    ap.add_argument("base", help="the base row; with --settings, a name for the base setting")
     ap.add_argument("runs", nargs="+", type=Path, help="JSON files, in (a, b) pairs")
+    ap.add_argument("--settings", action="store_true",
+                    help="each pair is (candidate setting, base setting) of the same rows in two processes: "
+                         "per row and point the ratio a / b, geomean over the pairs")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--plot", type=Path)
     a = ap.parse_args(argv)
@@ -69,7 +84,18 @@ def main(argv=None) -> int:
         ap.error("give the JSON files in (a, b) pairs, one pair per ab_gemm spec")
     loaded = [forced_times(p) for p in a.runs]
     table: dict = {}
-    for i in range(0, len(loaded), 2):
+    if a.settings:
+        per_pair: list[dict] = []
+        for i in range(0, len(loaded), 2):
+            per_pair.append({})
+            setting_ratios(loaded[i][1], loaded[i + 1][1], per_pair[-1])
+        for row in per_pair[0]:
+            for m, pts in per_pair[0][row].items():
+                for shape, _ in pts:
+                    r = [dict(pp.get(row, {}).get(m, [])).get(shape) for pp in per_pair]
+                    if None not in r:
+                        table.setdefault(row, {}).setdefault(m, []).append((shape, geomean(r)))
+    for i in range(0, len(loaded), 2) if not a.settings else ():
         for row, by_m in ratios(a.base, [loaded[i][1], loaded[i + 1][1]]).items():
             for m, pts in by_m.items():
                 table.setdefault(row, {}).setdefault(m, []).extend(pts)

@@ -102,9 +102,9 @@ for s in "$@"; do
                        --json benchmarks/results/bench_gemv_rows.json --plot benchmarks/results/bench_gemv_rows.png ;;
     bench_gemm) stage bench_gemm 420 python3 -m benchmarks.bench_gemm ;;  # 15 shapes x 6 peers: 150 s did 5
     bench_gemm_only) stage bench_gemm_only ${CAP_GEMM_ONLY:-420} python3 -m benchmarks.bench_gemm --ops gemm \
-                       --shapes "${GEMM_SHAPES:-benchmark_set}" --json benchmarks/results/bench_gemm_only.json --plot benchmarks/results/bench_gemm_only.png ;;
+                       --shapes "${GEMM_SHAPES:-benchmark_set}" --json benchmarks/results/bench_gemm_only.json.gz --plot benchmarks/results/bench_gemm_only.png ;;
     bench_linear_prefill) stage bench_linear_prefill ${CAP_LINEAR:-420} python3 -m benchmarks.bench_gemm --ops linear \
-                       --shapes "${GEMM_SHAPES:-benchmark_set}" --json benchmarks/results/bench_linear_prefill.json --plot benchmarks/results/bench_linear_prefill.png ;;
+                       --shapes "${GEMM_SHAPES:-benchmark_set}" --json benchmarks/results/bench_linear_prefill.json.gz --plot benchmarks/results/bench_linear_prefill.png ;;
     bench_gemm_order)  # the SM90 GEMM's persistent tile order at large M (gemm/NOTES.md): one run per setting
       # Each setting gets an equal share of the stage's time; large shapes only (where A and B exceed L2).
       stage bench_gemm_order 300 bash -c 'orders=(${GEMM_ORDERS:-heuristic:1 along_m:1 along_n:1 along_m:8 along_n:8})
@@ -144,6 +144,6 @@ for s in "$@"; do
     *) echo "unknown stage $s (skipped)"; SUMMARY+=("$(printf '%-16s unknown stage, skipped' "$s")") ;;
   esac
 done
-cp -f benchmarks/results/*.json benchmarks/results/*.png "$LOGS/" 2>/dev/null
+cp -f benchmarks/results/*.json benchmarks/results/*.json.gz benchmarks/results/*.png "$LOGS/" 2>/dev/null
 tar czf "$OUT/run.tgz" -C "$OUT" run && rm -rf "$LOGS"
 printf '%s\n' "${SUMMARY[@]}"
