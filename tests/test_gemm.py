@@ -184,15 +184,16 @@ def test_k_block_counts(row, m, n, k, positive, out_dtype):
     _check(m, n, k, out_dtype, row, seed=7, positive=positive)
 
 
-SPLIT_K_ROWS = ["sm90_swapab_128x32x128", "sm90_swapab_128x64x128_ovl"]
+# Rows that split K at these shapes: the swap rows (CUTLASS split-K) and the K-slice candidate.
+SPLIT_K_ROWS = ["sm90_swapab_128x32x128", "sm90_swapab_128x64x128_ovl", "sm90_swapab_128x32x128_slicek"]
 
 
 @pytest.mark.parametrize("m,n,k", [(64, 2112, 7168), (40, 4096, 7168)])
 @pytest.mark.parametrize("row", SPLIT_K_ROWS)
 def test_split_k_is_reproducible(row, m, n, k):
     """The split-K capable rows sum each tile's partial results through the workspace in split
-    order (CUTLASS's deterministic reduction), so two runs give the same bits; these shapes split
-    2 and 3 ways (sm90_kernel.cuh's rule: K >= 7168 on tiles filling at most half the SMs)."""
+    order (CUTLASS's deterministic reduction; the K-slice candidate's sum kernel in slice order),
+    so two runs give the same bits; these shapes split 2, 3 or 4 ways (sm90_kernel.cuh's rules)."""
     a, a_scale, b, b_scale = _operands(m, n, k, seed=11)
     first = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
     poison_cuda_cache(m * n * 2)

@@ -8,7 +8,8 @@
 // row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu: sm90_swapab_128x32x128.cu,
 // sm90_swapab_128x64x128_ovl.cu and sm90_coop_128x128x128_c2x1_ovl.cu (the `_ovl` rows run our own
 // consumer loop on that collective: sm90_overlap_mainloop.cuh). The swap rows split K (split-K of
-// the stream-K scheduler) where their tiles leave most SMs idle and K >= 7168.
+// the stream-K scheduler) where their tiles leave most SMs idle and K >= 7168. Forced-only
+// candidate: sm90_swapab_128x32x128_slicek.cu (K slices as a batched GEMM plus a sum kernel).
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -53,6 +54,12 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
       "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
+  // Forced-only candidate (after the unbounded row: never selected; max_m is its base row's).
+  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>>(
+      "sm90_swapab_128x32x128_slicek", 64,
+      "candidate (forced only, against sm90_swapab_128x32x128): that row, with its K split into up to 4 slices run "
+      "as one batched GEMM into fp32 partials plus a slice-sum kernel where its tiles fill at most half the SMs, "
+      "gemm/NOTES.md"),
 };
 // clang-format on
 

@@ -17,6 +17,11 @@
 // (128, 1, 128), SFA K-major (weight blocks), SFB MN-major (per token), D^T stored column-major.
 // Both layouts are the caller's buffers as they are: no scale repacking for any row.
 //
+// K slices (Config::kSliceK, swap rows): where the tiles leave most SMs idle, the same mainloop runs
+// as a batched GEMM over s K slices (batch l = columns [l*k/s, (l+1)*k/s) of both operands and
+// their scales, strided views, no copies) into s fp32 partial outputs in the workspace, and a
+// second kernel sums them in slice order and converts: the split without CUTLASS's stream-K fixup.
+//
 // Unsupported: k % 128 != 0, n % 8 != 0 (rejected in sm90.cu), bias, batched problems.
 #pragma once
 
@@ -24,6 +29,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include "cute/tensor.hpp"
@@ -60,9 +67,14 @@ constexpr int64_t kSplitKMinKBlocks = 56;
 constexpr int64_t kMaxSplits = 3;
 
 template <class Cfg>
-Decomposition decomposition(const Problem& p) {
+int64_t tile_count(const Problem& p) {
   const int64_t rows = Cfg::kSwapAB ? p.n : p.m, cols = Cfg::kSwapAB ? p.m : p.n;
-  const int64_t tiles = ((rows + Cfg::kTileM - 1) / Cfg::kTileM) * ((cols + Cfg::kTileN - 1) / Cfg::kTileN);
+  return ((rows + Cfg::kTileM - 1) / Cfg::kTileM) * ((cols + Cfg::kTileN - 1) / Cfg::kTileN);
+}
+
+template <class Cfg>
+Decomposition decomposition(const Problem& p) {
+  const int64_t tiles = tile_count<Cfg>(p);
   const int64_t k_blocks = p.k / 128;
   Decomposition d;
   if (k_blocks >= kStreamKMinKBlocks && 2 * tiles < p.sm_count) {
@@ -74,6 +86,56 @@ Decomposition decomposition(const Problem& p) {
     d.splits = splits >= 2 ? int(splits) : 1;
   }
   return d;
+}
+
+// K slices of a kSliceK row (header comment): where stream-K does not fire and the tiles fill at
+// most half the SMs, the most slices s <= min(SMs / tiles, kMaxSlices) that divide the K blocks
+// evenly with at least kSliceMinKBlocks each (the pipeline fill amortized); 1 = no slicing.
+// Problem::splits (a benchmark switch) asks for exactly that many where it divides the K blocks.
+constexpr int64_t kSliceMinKBlocks = 8;
+constexpr int64_t kMaxSlices = 4;
+
+template <class Cfg>
+int k_slices(const Problem& p) {
+  if constexpr (!Cfg::kSliceK) {
+    return 1;
+  } else {
+    const int64_t tiles = tile_count<Cfg>(p), k_blocks = p.k / 128;
+    if (tiles <= 0 || decomposition<Cfg>(p).stream_k) return 1;
+    if (p.splits > 0) return p.splits >= 2 && k_blocks % p.splits == 0 ? p.splits : 1;
+    for (int64_t s = std::min(int64_t(p.sm_count) / tiles, kMaxSlices); s >= 2; --s) {
+      if (k_blocks % s == 0 && k_blocks / s >= kSliceMinKBlocks) return int(s);
+    }
+    return 1;
+  }
+}
+
+// out[i] = sum over l < slices of partials[l * count + i] (in slice order), converted; four
+// elements per thread (count % 4 == 0: n % 8 == 0 is checked in sm90.cu).
+template <class Out>
+__global__ void sum_k_slices(const float4* __restrict__ partials, int64_t count4, int slices, Out* __restrict__ out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count4; i += int64_t(gridDim.x) * blockDim.x) {
+    float4 acc = partials[i];
+    for (int l = 1; l < slices; ++l) {
+      const float4 v = partials[l * count4 + i];
+      acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+    }
+    uint2 packed;
+    if constexpr (std::is_same_v<Out, __nv_bfloat16>) {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
+      packed.x = reinterpret_cast<const uint32_t&>(lo), packed.y = reinterpret_cast<const uint32_t&>(hi);
+    } else {
+      const __half2 lo = __floats2half2_rn(acc.x, acc.y), hi = __floats2half2_rn(acc.z, acc.w);
+      packed.x = reinterpret_cast<const uint32_t&>(lo), packed.y = reinterpret_cast<const uint32_t&>(hi);
+    }
+    reinterpret_cast<uint2*>(out)[i] = packed;
+  }
+}
+
+// Bytes of fp32 partial outputs for s slices, rounded so the kernel's own workspace after them
+// stays aligned.
+inline size_t slice_partials_bytes(const Problem& p, int slices) {
+  return (size_t(slices) * size_t(p.m) * size_t(p.n) * sizeof(float) + 255) / 256 * 256;
 }
 
 template <class Cfg, class ElementD>
@@ -136,29 +198,33 @@ struct Gemm {
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arguments = typename Kernel::Arguments;
 
-  // Per-token scales: ((1, rows), (128, kb), 1) : ((0, 1), (0, ld), ld * kb). The row extent is the
-  // true m (not round_up(m, 4)): the TMA descriptor only needs 16-byte column strides, and a
-  // partial last tile is zero-filled instead of reading the quantizer's padding rows.
-  static auto token_scale_layout(int32_t rows, int32_t kb, int32_t ld) {
+  // Per-token scales: ((1, rows), (128, kb), batches) : ((0, 1), (0, ld), batch_stride). The row
+  // extent is the true m (not round_up(m, 4)): the TMA descriptor only needs 16-byte column
+  // strides, and a partial last tile is zero-filled instead of reading the quantizer's padding
+  // rows. One batch, or K slices of kb blocks each (batch_stride = ld * kb).
+  static auto token_scale_layout(int32_t rows, int32_t kb, int32_t ld, int32_t batches, int32_t batch_stride) {
     using namespace cute;
-    return make_layout(make_shape(make_shape(_1{}, rows), make_shape(Int<kScaleBlock>{}, kb), int32_t(1)),
-                       make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, ld), ld * kb));
+    return make_layout(make_shape(make_shape(_1{}, rows), make_shape(Int<kScaleBlock>{}, kb), batches),
+                       make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, ld), batch_stride));
   }
 
-  // Weight block scales [nb, kb] row-major: ((128, nb), (128, kb), 1) : ((0, kb), (0, 1), nb * kb).
-  static auto block_scale_layout(int32_t nb, int32_t kb) {
+  // Weight block scales [nb, row_len] row-major: ((128, nb), (128, kb), batches) : ((0, row_len),
+  // (0, 1), batch_stride); kb = row_len for one batch, row_len / slices for K slices (batch_stride kb).
+  static auto block_scale_layout(int32_t nb, int32_t kb, int32_t row_len, int32_t batches, int32_t batch_stride) {
     using namespace cute;
     return make_layout(
-        make_shape(make_shape(Int<kScaleBlock>{}, nb), make_shape(Int<kScaleBlock>{}, kb), int32_t(1)),
-        make_stride(make_stride(_0{}, kb), make_stride(_0{}, _1{}), nb * kb));
+        make_shape(make_shape(Int<kScaleBlock>{}, nb), make_shape(Int<kScaleBlock>{}, kb), batches),
+        make_stride(make_stride(_0{}, row_len), make_stride(_0{}, _1{}), batch_stride));
   }
 
 
-  static Arguments arguments(const Problem& p) {
+  // slices > 1: the K-slice batched problem (header comment), D = fp32 partials [slices, m, n].
+  static Arguments arguments(const Problem& p, int slices = 1) {
     const int32_t m = static_cast<int32_t>(p.m);
     const int32_t n = static_cast<int32_t>(p.n);
     const int32_t k = static_cast<int32_t>(p.k);
     const int32_t kb = k / kScaleBlock;
+    const int32_t ks = k / slices, kbs = kb / slices;  // one slice's K and K blocks
     const int32_t nb = (n + kScaleBlock - 1) / kScaleBlock;
     const int32_t ld = static_cast<int32_t>(p.a_scale_ld);
     const auto* act = static_cast<const ElementAB*>(p.a);
@@ -176,15 +242,17 @@ struct Gemm {
     ep.ptr_C = nullptr;
     ep.ptr_D = static_cast<ElementD*>(p.d);
     if constexpr (kSwap) {
-      args.problem_shape = {n, m, k, 1};
+      // Batch l of a K-sliced problem starts ks columns (kbs scale columns) further along every
+      // row of both operands: strided views of the caller's buffers.
+      args.problem_shape = {n, m, ks, slices};
       ml.ptr_A = wgt;
-      ml.dA = {int64_t(k), cute::_1{}, int64_t(n) * k};
+      ml.dA = {int64_t(k), cute::_1{}, slices > 1 ? int64_t(ks) : int64_t(n) * k};
       ml.ptr_B = act;
-      ml.dB = {int64_t(k), cute::_1{}, int64_t(m) * k};
+      ml.dB = {int64_t(k), cute::_1{}, slices > 1 ? int64_t(ks) : int64_t(m) * k};
       ml.ptr_SFA = p.b_scale;
-      ml.layout_SFA = block_scale_layout(nb, kb);
+      ml.layout_SFA = block_scale_layout(nb, kbs, kb, slices, slices > 1 ? kbs : nb * kb);
       ml.ptr_SFB = p.a_scale;
-      ml.layout_SFB = token_scale_layout(m, kb, ld);
+      ml.layout_SFB = token_scale_layout(m, kbs, ld, slices, ld * kbs);
       ep.dC = {cute::_1{}, int64_t(n), int64_t(n) * m};
       ep.dD = {cute::_1{}, int64_t(n), int64_t(n) * m};
     } else {
@@ -194,9 +262,9 @@ struct Gemm {
       ml.ptr_B = wgt;
       ml.dB = {int64_t(k), cute::_1{}, int64_t(n) * k};
       ml.ptr_SFA = p.a_scale;
-      ml.layout_SFA = token_scale_layout(m, kb, ld);
+      ml.layout_SFA = token_scale_layout(m, kb, ld, 1, ld * kb);
       ml.ptr_SFB = p.b_scale;
-      ml.layout_SFB = block_scale_layout(nb, kb);
+      ml.layout_SFB = block_scale_layout(nb, kb, kb, 1, nb * kb);
       ep.dC = {int64_t(n), cute::_1{}, int64_t(m) * n};
       ep.dD = {int64_t(n), cute::_1{}, int64_t(m) * n};
     }
@@ -210,7 +278,7 @@ struct Gemm {
     args.scheduler.max_swizzle_size = p.max_swizzle;
     if constexpr (kStreamK) {
       using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams;
-      const Decomposition d = decomposition<Cfg>(p);
+      const Decomposition d = slices > 1 ? Decomposition{} : decomposition<Cfg>(p);
       args.scheduler.decomposition_mode = d.stream_k     ? Params::DecompositionMode::StreamK
                                           : d.splits > 1 ? Params::DecompositionMode::SplitK
                                                          : Params::DecompositionMode::DataParallel;
@@ -223,10 +291,10 @@ struct Gemm {
     return args;
   }
 
-  static size_t workspace(const Problem& p) { return Kernel::get_workspace_size(arguments(p)); }
+  static size_t workspace(const Problem& p, int slices = 1) { return Kernel::get_workspace_size(arguments(p, slices)); }
 
-  static cudaError_t launch(const Problem& p, cudaStream_t stream) {
-    const Arguments args = arguments(p);
+  static cudaError_t launch(const Problem& p, cudaStream_t stream, int slices = 1) {
+    const Arguments args = arguments(p, slices);
     if (Kernel::get_workspace_size(args) > p.workspace_size) return cudaErrorInvalidValue;
     // can_implement() is not called: its scale-layout check asks for a row extent divisible by 4,
     // which the TMA descriptor does not need (sm90.cu checks what the kernel does need).
@@ -239,14 +307,42 @@ struct Gemm {
   }
 };
 
+// A K-sliced launch: the fp32 partials at the start of the workspace, the sliced kernel's own
+// workspace after them, then the slice sum writing p.d.
+template <class Cfg>
+cudaError_t launch_k_slices(const Problem& p, int slices, cudaStream_t stream) {
+  const size_t partials = slice_partials_bytes(p, slices);
+  if (p.workspace_size < partials) return cudaErrorInvalidValue;
+  Problem q = p;
+  q.d = p.workspace;
+  q.workspace = static_cast<char*>(p.workspace) + partials;
+  q.workspace_size = p.workspace_size - partials;
+  if (const cudaError_t err = Gemm<Cfg, float>::launch(q, stream, slices); err != cudaSuccess) return err;
+  const int64_t count4 = p.m * p.n / 4;
+  const int blocks = int(std::min<int64_t>((count4 + 255) / 256, int64_t(p.sm_count) * 8));
+  const auto* src = static_cast<const float4*>(p.workspace);
+  if (p.out_bf16) {
+    sum_k_slices<__nv_bfloat16><<<blocks, 256, 0, stream>>>(src, count4, slices, static_cast<__nv_bfloat16*>(p.d));
+  } else {
+    sum_k_slices<__half><<<blocks, 256, 0, stream>>>(src, count4, slices, static_cast<__half*>(p.d));
+  }
+  return cudaGetLastError();
+}
+
 template <class Cfg>
 cudaError_t launch_config(const Problem& p, cudaStream_t stream) {
+  if constexpr (Cfg::kSliceK) {
+    if (const int s = k_slices<Cfg>(p); s > 1) return launch_k_slices<Cfg>(p, s, stream);
+  }
   return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::launch(p, stream)
                     : Gemm<Cfg, cutlass::half_t>::launch(p, stream);
 }
 
 template <class Cfg>
 size_t workspace_config(const Problem& p) {
+  if constexpr (Cfg::kSliceK) {
+    if (const int s = k_slices<Cfg>(p); s > 1) return slice_partials_bytes(p, s) + Gemm<Cfg, float>::workspace(p, s);
+  }
   return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::workspace(p)
                     : Gemm<Cfg, cutlass::half_t>::workspace(p);
 }

@@ -37,8 +37,11 @@ enum class Consumer {
 // kSplitK: where the row's tiles fill at most half the GPU and K is long, split each tile's K over
 // up to 3 CTAs (CUTLASS's split-K decomposition of the stream-K scheduler; the rule is in
 // sm90_kernel.cuh). A runtime argument of the kernel, so kCooperativeStreamK rows only.
+// kSliceK (swap rows): where the tiles fill at most half the GPU, run the K slices as a batched
+// GEMM into fp32 partials and sum them in a second kernel (sm90_kernel.cuh); adds an fp32-output
+// instantiation of the row's kernel. Takes precedence over kSplitK where both apply.
 template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_,
-          Consumer kConsumer_ = Consumer::kCutlass, bool kSplitK_ = false>
+          Consumer kConsumer_ = Consumer::kCutlass, bool kSplitK_ = false, bool kSliceK_ = false>
 struct Config {
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr int kTileM = kTileM_;
@@ -49,6 +52,8 @@ struct Config {
   static constexpr Schedule kSchedule = kSchedule_;
   static constexpr Consumer kConsumer = kConsumer_;
   static constexpr bool kSplitK = kSplitK_;
+  static constexpr bool kSliceK = kSliceK_;
+  static_assert(!kSliceK || kSwapAB, "K slices are written for the swap-AB operand order");
   static_assert(!kSplitK || kSchedule == Schedule::kCooperativeStreamK, "only the stream-K scheduler splits K");
 };
 
