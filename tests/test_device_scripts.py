@@ -3,6 +3,7 @@ every Python step, and the script runs from a copy of tools/ in a temporary tree
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -106,3 +107,34 @@ def test_ab_compare_cancels_run_order_and_reports_each_m(tmp_path, capsys):
     assert ["s1", 64, "cand", 8.8] in merged["runs"][0]["us"]
     with pytest.raises(SystemExit):  # an odd file count: the runs are not in (a, b) pairs
         ab.main(["base", str(a)])
+
+
+def test_ab_compare_settings_pairs_the_same_row_across_runs(tmp_path, capsys):
+    """--settings: (candidate setting, base setting) runs of the same row; per point the geomean
+    over the pairs of the row's time ratio, gzip-compressed runs read as well; a point missing
+    from one pair is left out."""
+    import gzip
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("ab_compare", ROOT / "tools" / "ab_compare.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+
+    def run(path, times):
+        recs = [{"impl": f"ours@{row}", "shape": s, "m": m, "us": us} for (s, m, row), us in times.items()]
+        text = json.dumps({"header": {"git": "x"}, "records": recs})
+        if path.name.endswith(".gz"):
+            path.write_bytes(gzip.compress(text.encode()))
+        else:
+            path.write_text(text)
+        return path
+
+    cand1 = run(tmp_path / "c1.json.gz", {("s1", 32, "row"): 8.0, ("s2", 32, "row"): 10.0, ("s3", 32, "row"): 1.0})
+    base1 = run(tmp_path / "b1.json", {("s1", 32, "row"): 10.0, ("s2", 32, "row"): 10.0, ("s3", 32, "row"): 1.0})
+    cand2 = run(tmp_path / "c2.json", {("s1", 32, "row"): 9.0, ("s2", 32, "row"): 11.0})
+    base2 = run(tmp_path / "b2.json", {("s1", 32, "row"): 10.0, ("s2", 32, "row"): 10.0})
+    assert ab.main(["--settings", "nosplit", str(cand1), str(base1), str(cand2), str(base2)]) == 0
+    text = capsys.readouterr().out
+    # s1: sqrt(0.8 * 0.9); s2: sqrt(1.0 * 1.1); s3 only in the first pair: left out
+    assert f"row / nosplit: {ab.geomean([math.sqrt(0.72), math.sqrt(1.1)]):.3f} over 2 points, faster at 1" in text

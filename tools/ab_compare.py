@@ -95,10 +95,11 @@ def main(argv=None) -> int:
                     r = [dict(pp.get(row, {}).get(m, [])).get(shape) for pp in per_pair]
                     if None not in r:
                         table.setdefault(row, {}).setdefault(m, []).append((shape, geomean(r)))
-    for i in range(0, len(loaded), 2) if not a.settings else ():
-        for row, by_m in ratios(a.base, [loaded[i][1], loaded[i + 1][1]]).items():
-            for m, pts in by_m.items():
-                table.setdefault(row, {}).setdefault(m, []).extend(pts)
+    else:
+        for i in range(0, len(loaded), 2):
+            for row, by_m in ratios(a.base, [loaded[i][1], loaded[i + 1][1]]).items():
+                for m, pts in by_m.items():
+                    table.setdefault(row, {}).setdefault(m, []).extend(pts)
     if not table:
         print(f"no point has both {a.base} and a candidate in every run", file=sys.stderr)
         return 1
