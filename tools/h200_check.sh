@@ -97,9 +97,9 @@ for s in "$@"; do
              --json "$LOGS/bench_gemv_quick.json" --plot "$LOGS/bench_gemv_quick.png"
            stage bench_gemm_quick 150 python3 -m benchmarks.bench_gemm --quick \
              --json "$LOGS/bench_gemm_quick.json" --plot "$LOGS/bench_gemm_quick.png" ;;
-    bench_gemv) stage bench_gemv 120 python3 -m benchmarks.bench_gemv ;;
+    bench_gemv) stage bench_gemv 120 python3 -m benchmarks.bench_gemv --json benchmarks/results/bench_gemv.json.gz ;;
     bench_gemv_rows) stage bench_gemv_rows 240 python3 -m benchmarks.bench_gemv --rows --peers none \
-                       --json benchmarks/results/bench_gemv_rows.json --plot benchmarks/results/bench_gemv_rows.png ;;
+                       --json benchmarks/results/bench_gemv_rows.json.gz --plot benchmarks/results/bench_gemv_rows.png ;;
     bench_gemm) stage bench_gemm 420 python3 -m benchmarks.bench_gemm ;;  # 15 shapes x 6 peers: 150 s did 5
     bench_gemm_only) stage bench_gemm_only ${CAP_GEMM_ONLY:-420} python3 -m benchmarks.bench_gemm --ops gemm \
                        --shapes "${GEMM_SHAPES:-benchmark_set}" --json benchmarks/results/bench_gemm_only.json.gz --plot benchmarks/results/bench_gemm_only.png ;;
@@ -137,9 +137,9 @@ for s in "$@"; do
             | grep -E "^geomean|^    ours"; done; done' ;;
     host_overhead) stage host_overhead 90 python3 tools/host_overhead.py --json benchmarks/results/host_overhead.json ;;
     bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none \
-                       --json benchmarks/results/bench_gemm_rows.json --plot benchmarks/results/bench_gemm_rows.png ;;
+                       --json benchmarks/results/bench_gemm_rows.json.gz --plot benchmarks/results/bench_gemm_rows.png ;;
     bench_crossover) stage bench_crossover 200 python3 -m benchmarks.bench_gemv --m 8,16,24,32,48,64 \
-                       --linear-rows --peers none --json benchmarks/results/bench_linear_crossover.json \
+                       --linear-rows --peers none --json benchmarks/results/bench_linear_crossover.json.gz \
                        --plot benchmarks/results/bench_linear_crossover.png ;;
     *) echo "unknown stage $s (skipped)"; SUMMARY+=("$(printf '%-16s unknown stage, skipped' "$s")") ;;
   esac
