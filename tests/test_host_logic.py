@@ -56,11 +56,16 @@ def test_quant_row_rejects():
     assert rejects("quant", len(ops.tile_table("quant")), 4, 0, 128, 0, 128) == "row out of range"
 
 
-def test_tile_order_switches_are_checked_at_import_values():
-    ops.check_tile_order_env({})
-    ops.check_tile_order_env({"BLOCKFP8_SM90_RASTER": "along_n", "BLOCKFP8_SM90_SWIZZLE": "8"})
-    ops.check_tile_order_env({"BLOCKFP8_SM90_RASTER": ""})
+def test_sm90_switches_are_checked_at_import_values():
+    ops.check_sm90_env({})
+    ops.check_sm90_env({"BLOCKFP8_SM90_RASTER": "along_n", "BLOCKFP8_SM90_SWIZZLE": "8"})
+    ops.check_sm90_env({"BLOCKFP8_SM90_RASTER": ""})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_RASTER='alongn'"):
-        ops.check_tile_order_env({"BLOCKFP8_SM90_RASTER": "alongn"})
+        ops.check_sm90_env({"BLOCKFP8_SM90_RASTER": "alongn"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_SWIZZLE='3'"):
-        ops.check_tile_order_env({"BLOCKFP8_SM90_SWIZZLE": "3"})
+        ops.check_sm90_env({"BLOCKFP8_SM90_SWIZZLE": "3"})
+    ops.check_sm90_env({"BLOCKFP8_SM90_SPLITS": "3", "BLOCKFP8_SM90_REDUCTION": "nondeterministic"})
+    with pytest.raises(ValueError, match="BLOCKFP8_SM90_SPLITS='5'"):
+        ops.check_sm90_env({"BLOCKFP8_SM90_SPLITS": "5"})
+    with pytest.raises(ValueError, match="BLOCKFP8_SM90_REDUCTION='fast'"):
+        ops.check_sm90_env({"BLOCKFP8_SM90_REDUCTION": "fast"})

@@ -55,24 +55,24 @@ def _load_extension():
     torch.ops.load_library(spec.origin)
 
 
-# Switches that replace the SM90 GEMM's default persistent tile order (gemm/NOTES.md), read once by the
-# extension. Checked here so a typo fails at import with its name, not silently or mid-op.
-# The split-K switches act on the split-K capable rows (the SM90 swap-AB rows) alone.
-TILE_ORDER_ENV = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n"),
+# Benchmark switches of the SM90 GEMM (README, gemm/NOTES.md), read once by the extension: the
+# persistent tile order, and the split count / reduction of the split-K capable rows. Checked here so
+# a typo fails at import with its name, not silently or mid-op.
+SM90_ENV_SWITCHES = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n"),
                   "BLOCKFP8_SM90_SWIZZLE": ("1", "2", "4", "8"),
                   "BLOCKFP8_SM90_SPLITS": ("1", "2", "3", "4", "6", "8"),
                   "BLOCKFP8_SM90_REDUCTION": ("deterministic", "nondeterministic")}
 
 
-def check_tile_order_env(environ=None) -> None:
+def check_sm90_env(environ=None) -> None:
     environ = os.environ if environ is None else environ
-    for name, allowed in TILE_ORDER_ENV.items():
+    for name, allowed in SM90_ENV_SWITCHES.items():
         value = environ.get(name, "")
         if value and value not in allowed:
             raise ValueError(f"{name}={value!r}: expected one of {', '.join(allowed)} (or unset)")
 
 
-check_tile_order_env()
+check_sm90_env()
 
 try:
     _load_extension()

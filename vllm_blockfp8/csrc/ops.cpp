@@ -88,51 +88,40 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
                  (long long)m, name);
 }
 
-// BLOCKFP8_SM90_RASTER (heuristic | along_m | along_n) and BLOCKFP8_SM90_SWIZZLE (1, 2, 4, 8):
-// benchmark switches that replace the SM90 GEMM's default persistent tile order (gemm/sm90.cu,
-// along M / swizzle 8 from M = 2048) at every M, read once per process. Setting either one sets
-// both (the other at CUTLASS's default). ops.py validates both at import; nothing here throws.
-struct TileOrder {
-  bool from_env = false;
+// Benchmark switches of the SM90 GEMM, read once per process; ops.py validates them at import, so
+// nothing here throws (gemm/NOTES.md).
+// BLOCKFP8_SM90_RASTER (heuristic | along_m | along_n) and BLOCKFP8_SM90_SWIZZLE (1, 2, 4, 8)
+// replace the default persistent tile order (gemm/sm90.cu: along M / swizzle 8 from M = 2048) at
+// every M; setting either one sets both (the other at CUTLASS's default).
+// BLOCKFP8_SM90_SPLITS (N >= 1) and BLOCKFP8_SM90_REDUCTION (nondeterministic), split-K capable
+// rows only: N splits wherever the row would not take stream-K, partial tiles added in arrival order.
+struct Sm90Switches {
+  bool order_from_env = false;
   int raster = 0;
   int max_swizzle = 1;
+  int splits = 0;
+  bool nondeterministic_reduction = false;
 };
 
-const TileOrder& sm90_env_tile_order() {
-  static const TileOrder order = [] {
-    TileOrder o;
+const Sm90Switches& sm90_env_switches() {
+  static const Sm90Switches switches = [] {
+    Sm90Switches o;
     if (const char* r = std::getenv("BLOCKFP8_SM90_RASTER"); r && *r) {
       const std::string v(r);
-      o.from_env = true;
+      o.order_from_env = true;
       o.raster = v == "along_m" ? 1 : v == "along_n" ? 2 : 0;
     }
     if (const char* w = std::getenv("BLOCKFP8_SM90_SWIZZLE"); w && *w) {
       const std::string v(w);
-      o.from_env = true;
+      o.order_from_env = true;
       o.max_swizzle = v == "2" ? 2 : v == "4" ? 4 : v == "8" ? 8 : 1;
     }
-    return o;
-  }();
-  return order;
-}
-
-// BLOCKFP8_SM90_SPLITS (N >= 1) and BLOCKFP8_SM90_REDUCTION (nondeterministic): benchmark switches
-// for the split-K rows only (gemm/NOTES.md): N splits wherever the row would split or run
-// data-parallel, and partial tiles added in arrival order. Read once per process.
-struct SplitOverride {
-  int splits = 0;
-  bool nondeterministic = false;
-};
-
-const SplitOverride& sm90_env_split_override() {
-  static const SplitOverride over = [] {
-    SplitOverride o;
-    if (const char* s = std::getenv("BLOCKFP8_SM90_SPLITS"); s && *s) o.splits = std::max(0, std::atoi(s));
+    if (const char* n = std::getenv("BLOCKFP8_SM90_SPLITS"); n && *n) o.splits = std::max(0, std::atoi(n));
     if (const char* r = std::getenv("BLOCKFP8_SM90_REDUCTION"); r && *r)
-      o.nondeterministic = std::string(r) == "nondeterministic";
+      o.nondeterministic_reduction = std::string(r) == "nondeterministic";
     return o;
   }();
-  return over;
+  return switches;
 }
 
 bool is_16bit(ScalarType t) { return t == ScalarType::BFloat16 || t == ScalarType::Half; }
@@ -257,12 +246,13 @@ Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const T
   p.m = m, p.n = n, p.k = k;
   p.out_bf16 = out_dtype == ScalarType::BFloat16;
   p.sm_count = dev.sm_count;
-  if (const TileOrder& order = sm90_env_tile_order(); order.from_env) {
-    p.raster = order.raster;
-    p.max_swizzle = order.max_swizzle;
+  const Sm90Switches& env = sm90_env_switches();
+  if (env.order_from_env) {
+    p.raster = env.raster;
+    p.max_swizzle = env.max_swizzle;
   }
-  p.splits = sm90_env_split_override().splits;
-  p.nondeterministic_reduction = sm90_env_split_override().nondeterministic;
+  p.splits = env.splits;
+  p.nondeterministic_reduction = env.nondeterministic_reduction;
   const int i = pick_row<GemmFamily>("gemm", int(row), p);
   log_row("gemm", gemm::row(i).name, m, n, k);
   std::optional<Tensor> workspace;
