@@ -36,7 +36,7 @@ QUICK_SHAPES = ("qwen3-8b.qkv", "dsv3.2112x7168", "seed.8192x2048")
 SHAPE_SETS = {
     "benchmark_set": shapes.BENCHMARK_SET, "qwen3_8b": shapes.QWEN3_8B,
     "deepseek_v3": shapes.DEEPSEEK_V3, "seeds": shapes.SEEDS, "ragged": shapes.RAGGED,
-    "small": shapes.SMALL,
+    "small": shapes.SMALL, "held_out": shapes.HELD_OUT,
 }
 
 

@@ -45,6 +45,19 @@ SEEDS = (
 # The set ../shared/BENCHMARKS.md reports peers on.
 BENCHMARK_SET = QWEN3_8B + DEEPSEEK_V3 + SEEDS
 
+# Held out: layers of other models, never used to fit a rule or a tile row, for checking rules
+# fitted on the benchmark set (gemm/NOTES.md says which rule each check was for).
+HELD_OUT = (
+    WeightShape("dsv3.q_a.1536x7168", 1536, 7168),
+    WeightShape("qwen3-30b-a3b.o.2048x4096", 2048, 4096),
+    WeightShape("qwen3-30b-a3b.qkv.5120x2048", 5120, 2048),
+    WeightShape("qwen3-14b.o.5120x5120", 5120, 5120),
+    WeightShape("qwen3-32b.o.5120x8192", 5120, 8192),
+    WeightShape("qwen3-32b.qkv.10240x5120", 10240, 5120),
+    WeightShape("llama3-70b.o.8192x8192", 8192, 8192),
+    WeightShape("llama3-8b.down.4096x14336", 4096, 14336),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -70,7 +83,7 @@ QUANT_M = (1, 16, 128, 1024, 2048, 4096, 8192)
 
 def by_name(name: str) -> WeightShape:
     """Look a shape up by its name across every set in this module."""
-    for shape in BENCHMARK_SET + RAGGED + SMALL + (UNSUPPORTED_K,):
+    for shape in BENCHMARK_SET + HELD_OUT + RAGGED + SMALL + (UNSUPPORTED_K,):
         if shape.name == name:
             return shape
     raise KeyError(f"unknown shape {name!r}")

@@ -88,12 +88,23 @@ Decomposition decomposition(const Problem& p) {
   return d;
 }
 
-// K slices of a kSliceK row (header comment): where stream-K does not fire and the tiles fill at
-// most half the SMs, the most slices s <= min(SMs / tiles, kMaxSlices) that divide the K blocks
-// evenly with at least kSliceMinKBlocks each (the pipeline fill amortized); 1 = no slicing.
-// Problem::splits (a benchmark switch) asks for exactly that many where it divides the K blocks.
+// K slices of a kSliceK row (header comment). s = the most slices <= min(SMs / tiles, kMaxSlices)
+// that divide the K blocks evenly with at least kSliceMinKBlocks each (the pipeline fill
+// amortized); none, or stream-K fires: 1 = no slicing. Where the row would split K with CUTLASS's
+// split-K, slices replace it (0.79-0.87x its time at all 4 such points measured). Elsewhere they
+// must pay for their fixed cost (the sum node and the partials' round trip: ~3.3 us, about 12 K
+// blocks of one CTA's walk at ~0.275 us each on the H200). Unsliced, each CTA walks all kb
+// blocks; sliced, kb / s, unless the tiles x s CTAs then stream the weights faster than DRAM
+// serves them: at the per-CTA rate, kDramTiles CTAs saturate the H200's ~4.4 TB/s, so the sliced
+// walk lasts at least kb x tiles / kDramTiles blocks' time. Slice where the blocks saved,
+// kb - max(kb / s, kb x tiles / kDramTiles), reach kSliceMinSavedBlocks (gemm/NOTES.md, seventh
+// session). On GPUs with less bandwidth per SM (H100) DRAM saturates at fewer tiles, so this
+// slices somewhat more eagerly there than it pays. Problem::splits (a benchmark switch) asks for
+// exactly that many slices where it divides the K blocks.
 constexpr int64_t kSliceMinKBlocks = 8;
 constexpr int64_t kMaxSlices = 4;
+constexpr int64_t kSliceMinSavedBlocks = 16;
+constexpr int64_t kDramTiles = 74;
 
 template <class Cfg>
 int k_slices(const Problem& p) {
@@ -101,12 +112,17 @@ int k_slices(const Problem& p) {
     return 1;
   } else {
     const int64_t tiles = tile_count<Cfg>(p), k_blocks = p.k / 128;
-    if (tiles <= 0 || decomposition<Cfg>(p).stream_k) return 1;
+    if (tiles <= 0) return 1;
+    const Decomposition d = decomposition<Cfg>(p);
+    if (d.stream_k) return 1;
     if (p.splits > 0) return p.splits >= 2 && k_blocks % p.splits == 0 ? p.splits : 1;
-    for (int64_t s = std::min(int64_t(p.sm_count) / tiles, kMaxSlices); s >= 2; --s) {
-      if (k_blocks % s == 0 && k_blocks / s >= kSliceMinKBlocks) return int(s);
-    }
-    return 1;
+    int64_t s = std::min(int64_t(p.sm_count) / tiles, kMaxSlices);
+    while (s >= 2 && (k_blocks % s != 0 || k_blocks / s < kSliceMinKBlocks)) --s;
+    if (s < 2) return 1;
+    if (d.splits > 1) return int(s);
+    // Blocks saved, scaled by kDramTiles to stay in integers.
+    const int64_t saved = k_blocks * kDramTiles - std::max(k_blocks * kDramTiles / s, k_blocks * tiles);
+    return saved >= kSliceMinSavedBlocks * kDramTiles ? int(s) : 1;
   }
 }
 
