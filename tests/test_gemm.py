@@ -184,21 +184,35 @@ def test_k_block_counts(row, m, n, k, positive, out_dtype):
     _check(m, n, k, out_dtype, row, seed=7, positive=positive)
 
 
-# Rows that split K at these shapes: the swap rows (CUTLASS split-K) and the K-slice candidate.
-SPLIT_K_ROWS = ["sm90_swapab_128x32x128", "sm90_swapab_128x64x128_ovl", "sm90_swapab_128x32x128_slicek"]
+# Rows that split K at these shapes: the 128x32 swap row (K slices, or CUTLASS split-K where no
+# slice count divides the K blocks) and the 128x64 swap row (CUTLASS split-K).
+SPLIT_K_ROWS = ["sm90_swapab_128x32x128", "sm90_swapab_128x64x128_ovl"]
+SPLIT_K_PLANS = {  # (row, m, n, k): the plan sm90_kernel.cuh's rules give at 132 SMs
+    ("sm90_swapab_128x32x128", 64, 2112, 7168): "K slices x2",
+    ("sm90_swapab_128x32x128", 40, 4096, 7168): "K slices x2",
+    ("sm90_swapab_128x32x128", 32, 2112, 7552): "split-K x3",
+    ("sm90_swapab_128x64x128_ovl", 64, 2112, 7168): "split-K x3",
+    ("sm90_swapab_128x64x128_ovl", 40, 4096, 7168): "split-K x3",
+    ("sm90_swapab_128x64x128_ovl", 32, 2112, 7552): "split-K x3",
+}
 
 
-@pytest.mark.parametrize("m,n,k", [(64, 2112, 7168), (40, 4096, 7168)])
+@pytest.mark.parametrize("m,n,k", [(64, 2112, 7168), (40, 4096, 7168), (32, 2112, 7552)])
 @pytest.mark.parametrize("row", SPLIT_K_ROWS)
 def test_split_k_is_reproducible(row, m, n, k):
-    """The split-K capable rows sum each tile's partial results through the workspace in split
-    order (CUTLASS's deterministic reduction; the K-slice candidate's sum kernel in slice order),
-    so two runs give the same bits; these shapes split 2, 3 or 4 ways (sm90_kernel.cuh's rules)."""
+    """The swap rows sum each tile's K parts in a fixed order (CUTLASS's deterministic split-K
+    reduction; the slice-sum kernel in slice order), so two runs give the same bits. The plan is
+    asserted first (on a 132-SM GPU) so that the test cannot pass without splitting."""
+    index = [r["name"] for r in ops.tile_table("gemm")].index(row)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if sms == 132:
+        assert ops.gemm_k_plan(index, m, n, k)["plan"] == SPLIT_K_PLANS[(row, m, n, k)]
     a, a_scale, b, b_scale = _operands(m, n, k, seed=11)
     first = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
     poison_cuda_cache(m * n * 2)
     again = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
     assert torch.equal(first.view(torch.int16), again.view(torch.int16)), f"{row} M={m} N={n} K={k}"
+    _check(m, n, k, torch.bfloat16, row, seed=11)
 
 
 @pytest.mark.parametrize("m", (5, 300))

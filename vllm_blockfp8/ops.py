@@ -36,6 +36,7 @@ _SCHEMAS = {
     "select_row": "select_row(str family, int m, int n, int k) -> int",
     "row_rejects": "row_rejects(str family, int row, int m, int n, int k, int x_address, int x_stride) -> str",
     "gemv_pins_residency": "gemv_pins_residency(int column_blocks, int sm_count, int ksplit, int m_tiles) -> bool",
+    "gemm_k_plan": "gemm_k_plan(int row, int m, int n, int k, int sm_count) -> str",
     "build_info": "build_info() -> str",
 }
 
@@ -335,6 +336,7 @@ if not HAS_CUDA_KERNELS:
     _lib.impl("build_info", lambda: json.dumps({"compiled": False, "archs": [], "families": {}}),
               "CompositeExplicitAutograd")
     _lib.impl("gemv_pins_residency", lambda cb, sm, ks, mt: False, "CompositeExplicitAutograd")
+    _lib.impl("gemm_k_plan", lambda row, m, n, k, sm: "", "CompositeExplicitAutograd")
 
 
 def tile_table(family: str) -> list:
@@ -361,6 +363,21 @@ def selected_row(family: str, m: int, n: int, k: int) -> Optional[str]:
 def gemv_pins_residency(column_blocks: int, sm_count: int, ksplit: int, m_tiles: int) -> bool:
     """The GEMV residency-pinning predicate (host logic, testable at a fixed SM count)."""
     return bool(torch.ops.blockfp8.gemv_pins_residency(column_blocks, sm_count, ksplit, m_tiles))
+
+
+def gemm_k_plan(row: int, m: int, n: int, k: int, sm_count: Optional[int] = None) -> Optional[dict]:
+    """How SM90 GEMM row number ``row`` (its index in the tile table) runs an (M, N, K) problem
+    along K: {"row": name, "plan": "data-parallel" | "stream-K" | "split-K xS" | "K slices xS"}.
+    Host logic (sm_count defaults to the current GPU's; give it to ask without a GPU), with the
+    BLOCKFP8_SM90_SPLITS / _REDUCTION switches applied. None when the build has no SM90 GEMM."""
+    if sm_count is None:
+        _need(torch.cuda.is_available(), "gemm_k_plan: give sm_count when no CUDA GPU is present")
+        sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    out = torch.ops.blockfp8.gemm_k_plan(row, m, n, k, sm_count)
+    plan = json.loads(out) if out else None
+    _need(plan is None or "error" not in plan, f"gemm_k_plan(row={row}, m={m}, n={n}, k={k}, "
+          f"sm_count={sm_count}): {plan and plan.get('error')}")
+    return plan
 
 
 def build_info() -> dict:

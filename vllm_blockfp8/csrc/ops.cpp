@@ -93,8 +93,9 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // BLOCKFP8_SM90_RASTER (heuristic | along_m | along_n) and BLOCKFP8_SM90_SWIZZLE (1, 2, 4, 8)
 // replace the default persistent tile order (gemm/sm90.cu: along M / swizzle 8 from M = 2048) at
 // every M; setting either one sets both (the other at CUTLASS's default).
-// BLOCKFP8_SM90_SPLITS (N >= 1) and BLOCKFP8_SM90_REDUCTION (nondeterministic), split-K capable
-// rows only: N splits wherever the row would not take stream-K, partial tiles added in arrival order.
+// BLOCKFP8_SM90_SPLITS (N >= 1) and BLOCKFP8_SM90_REDUCTION (nondeterministic), swap-AB rows only:
+// wherever the row would not take stream-K, N K slices where N divides the K blocks (the 128x32
+// row), else N CUTLASS split-K partial tiles, those added in arrival order.
 struct Sm90Switches {
   bool order_from_env = false;
   int raster = 0;
@@ -443,6 +444,31 @@ std::string op_row_rejects(std::string family, int64_t row, int64_t m, int64_t n
   return why == nullptr ? std::string() : std::string(why);
 }
 
+// How SM90 GEMM row `row` runs an (m, n, k) problem along K at sm_count SMs (host logic, no
+// device needed; the benchmark switches applied as the op applies them): JSON {"row", "plan"},
+// {"error"} for arguments it cannot plan (ops.py raises; no exception crosses the stable ABI), or
+// "" when this build has no SM90 GEMM.
+std::string op_gemm_k_plan(int64_t row, int64_t m, int64_t n, int64_t k, int64_t sm_count) {
+#ifdef BLOCKFP8_HAS_SM90_GEMM
+  if (row < 0 || row >= gemm::num_rows()) return "{\"error\": \"gemm row index out of range\"}";
+  if (m < 1 || n < 1 || k < 128 || k % 128 != 0 || sm_count < 1 || sm_count > 1 << 20)
+    return "{\"error\": \"needs m, n, sm_count >= 1 and k a positive multiple of 128\"}";
+  gemm::Problem p = linear::gemm_shape(linear::Shape{m, n, k, 90, int(sm_count)});
+  const Sm90Switches& env = sm90_env_switches();
+  p.splits = env.splits;
+  p.nondeterministic_reduction = env.nondeterministic_reduction;
+  const gemm::KPlan plan = gemm::k_plan(int(row), p);
+  const std::string what = plan.slices > 1   ? "K slices x" + std::to_string(plan.slices)
+                           : plan.stream_k   ? std::string("stream-K")
+                           : plan.splits > 1 ? "split-K x" + std::to_string(plan.splits)
+                                             : std::string("data-parallel");
+  return std::string("{\"row\": \"") + gemm::row(int(row)).name + "\", \"plan\": \"" + what + "\"}";
+#else
+  (void)row, (void)m, (void)n, (void)k, (void)sm_count;
+  return std::string();
+#endif
+}
+
 bool op_gemv_pins_residency(int64_t column_blocks, int64_t sm_count, int64_t ksplit, int64_t m_tiles) {
   return gemv::pins_residency(column_blocks, int(sm_count), int(ksplit), int(m_tiles));
 }
@@ -485,5 +511,6 @@ STABLE_TORCH_LIBRARY_IMPL(blockfp8, CompositeExplicitAutograd, m) {
   m.impl("select_row", TORCH_BOX(&blockfp8::op_select_row));
   m.impl("row_rejects", TORCH_BOX(&blockfp8::op_row_rejects));
   m.impl("gemv_pins_residency", TORCH_BOX(&blockfp8::op_gemv_pins_residency));
+  m.impl("gemm_k_plan", TORCH_BOX(&blockfp8::op_gemm_k_plan));
   m.impl("build_info", TORCH_BOX(&blockfp8::op_build_info));
 }

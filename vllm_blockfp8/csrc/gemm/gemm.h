@@ -65,6 +65,16 @@ int select(const Problem& p);
 // launch() zeroes what it needs on the stream itself, so the buffer may come uninitialized.
 size_t workspace_bytes(int i, const Problem& p);
 
+// How row i runs p along K: whole (data-parallel), CUTLASS's stream-K, CUTLASS's split-K into
+// `splits` partial tiles, or `slices` K slices run as one batched launch plus a sum kernel. Host
+// logic only (sizes and sm_count; the benchmark switches in p included), for logs and tests.
+struct KPlan {
+  bool stream_k = false;
+  int splits = 1;
+  int slices = 1;
+};
+KPlan k_plan(int i, const Problem& p);
+
 // Enqueues row i on stream s. Never synchronizes and never allocates, so it can be captured in a
 // CUDA graph. Returns cudaErrorInvalidValue if rejects(i, p) != nullptr or the workspace is too
 // small; otherwise the launch status.

@@ -7,9 +7,9 @@
 // Kernels: CUTLASS cooperative TMA/wgmma mainloop with blockwise scaling (sm90_kernel.cuh); each
 // row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu: sm90_swapab_128x32x128.cu,
 // sm90_swapab_128x64x128_ovl.cu and sm90_coop_128x128x128_c2x1_ovl.cu (the `_ovl` rows run our own
-// consumer loop on that collective: sm90_overlap_mainloop.cuh). The swap rows split K (split-K of
-// the stream-K scheduler) where their tiles leave most SMs idle and K >= 7168. Forced-only
-// candidate: sm90_swapab_128x32x128_slicek.cu (K slices as a batched GEMM plus a sum kernel).
+// consumer loop on that collective: sm90_overlap_mainloop.cuh). Where their tiles leave SMs idle
+// the swap rows split K: the 128x32 row into K slices run as one batched launch plus a sum kernel
+// (where that saves more than it costs), else, like the 128x64 row, CUTLASS's split-K at K >= 7168.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -29,11 +29,12 @@ struct Sm90Row {
   TileRow info;
   cudaError_t (*launch)(const Problem&, cudaStream_t);
   size_t (*workspace)(const Problem&);
+  KPlan (*plan)(const Problem&);
 };
 
 template <class Cfg>
 constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason) {
-  return {{name, max_m, reason}, &sm90::launch_config<Cfg>, &sm90::workspace_config<Cfg>};
+  return {{name, max_m, reason}, &sm90::launch_config<Cfg>, &sm90::workspace_config<Cfg>, &sm90::plan_config<Cfg>};
 }
 
 // clang-format off
@@ -41,10 +42,11 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason) 
 // [, consumer loop]> in the kernel's operand order (weights x tokens when swapped). Each row is
 // instantiated in sm90_<name>.cu. Reasons quote GEMM-only times on the H200 (NOTES.md has the tables).
 const Sm90Row kRows[] = {
-  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true>>("sm90_swapab_128x32x128", 64,
+  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>>("sm90_swapab_128x32x128", 64,
       "swap-AB puts tokens on the cheap wgmma N side (32 wide); each CTA is K-block latency bound, so many small "
-      "tiles win: fastest row at every M <= 64 on all 8 benchmark shapes; split-K at K >= 7168 on few tiles "
-      "(2112x7168: 0.87-0.95x the unsplit time; shorter K lost up to 1.4x, gemm/NOTES.md sixth session)"),
+      "tiles win: fastest row at every M <= 64 on all 8 benchmark shapes; K slices where its tiles leave SMs idle "
+      "(held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, geomean 0.81; CUTLASS's split-K, which "
+      "they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)"),
   make_row<Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>>("sm90_swapab_128x64x128_ovl", 128,
       "M in (64, 128]: one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% on 6 of 8 shapes); "
       "our overlapped consumer loop takes 6.1% off that (30 points, M = 96 and 128, both run orders, faster at 28); "
@@ -54,12 +56,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
       "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  // Forced-only candidate (after the unbounded row: never selected; max_m is its base row's).
-  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>>(
-      "sm90_swapab_128x32x128_slicek", 64,
-      "candidate (forced only, against sm90_swapab_128x32x128): that row, with its K split into up to 4 slices run "
-      "as one batched GEMM into fp32 partials plus a slice-sum kernel where its tiles fill at most half the SMs, "
-      "gemm/NOTES.md"),
 };
 // clang-format on
 
@@ -129,6 +125,11 @@ size_t workspace_bytes(int i, const Problem& p) {
   // Only the sizes matter here (the caller sizes the buffer before filling the pointers).
   if (i < 0 || i >= kNumRows || p.m < 1 || p.n < 1 || p.k < 128 || p.sm_count <= 0) return 0;
   return kRows[i].workspace(with_tile_order(p));
+}
+
+KPlan k_plan(int i, const Problem& p) {
+  if (i < 0 || i >= kNumRows || p.m < 1 || p.n < 1 || p.k < 128 || p.sm_count <= 0) return {};
+  return kRows[i].plan(with_tile_order(p));
 }
 
 cudaError_t launch(int i, const Problem& p, cudaStream_t s) {

@@ -7,5 +7,6 @@ namespace blockfp8::gemm::sm90 {
 using Row = Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap>;
 template cudaError_t launch_config<Row>(const Problem&, cudaStream_t);
 template size_t workspace_config<Row>(const Problem&);
+template KPlan plan_config<Row>(const Problem&);
 
 }  // namespace blockfp8::gemm::sm90

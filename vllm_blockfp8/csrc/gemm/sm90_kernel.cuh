@@ -17,7 +17,7 @@
 // (128, 1, 128), SFA K-major (weight blocks), SFB MN-major (per token), D^T stored column-major.
 // Both layouts are the caller's buffers as they are: no scale repacking for any row.
 //
-// K slices (Config::kSliceK, swap rows): where the tiles leave most SMs idle, the same mainloop runs
+// K slices (Config::kSliceK, swap rows): where the tiles leave SMs idle (rule at k_slices), the same mainloop runs
 // as a batched GEMM over s K slices (batch l = columns [l*k/s, (l+1)*k/s) of both operands and
 // their scales, strided views, no copies) into s fp32 partial outputs in the workspace, and a
 // second kernel sums them in slice order and converts: the split without CUTLASS's stream-K fixup.
@@ -352,6 +352,20 @@ cudaError_t launch_config(const Problem& p, cudaStream_t stream) {
   }
   return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::launch(p, stream)
                     : Gemm<Cfg, cutlass::half_t>::launch(p, stream);
+}
+
+template <class Cfg>
+KPlan plan_config(const Problem& p) {
+  KPlan plan;
+  plan.slices = k_slices<Cfg>(p);
+  if constexpr (Cfg::kSchedule == Schedule::kCooperativeStreamK) {
+    if (plan.slices == 1) {
+      const Decomposition d = decomposition<Cfg>(p);
+      plan.stream_k = d.stream_k;
+      plan.splits = d.splits;
+    }
+  }
+  return plan;
 }
 
 template <class Cfg>

@@ -37,9 +37,10 @@ enum class Consumer {
 // kSplitK: where the row's tiles fill at most half the GPU and K is long, split each tile's K over
 // up to 3 CTAs (CUTLASS's split-K decomposition of the stream-K scheduler; the rule is in
 // sm90_kernel.cuh). A runtime argument of the kernel, so kCooperativeStreamK rows only.
-// kSliceK (swap rows): where the tiles fill at most half the GPU, run the K slices as a batched
-// GEMM into fp32 partials and sum them in a second kernel (sm90_kernel.cuh); adds an fp32-output
-// instantiation of the row's kernel. Takes precedence over kSplitK where both apply.
+// kSliceK (swap rows): where the tiles leave SMs idle and slicing saves more than it costs, run K
+// slices as a batched GEMM into fp32 partials and sum them in a second kernel (the rule is in
+// sm90_kernel.cuh); adds an fp32-output instantiation of the row's kernel. Replaces kSplitK's
+// split wherever a slice count divides the K blocks.
 template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_,
           Consumer kConsumer_ = Consumer::kCutlass, bool kSplitK_ = false, bool kSliceK_ = false>
 struct Config {
@@ -57,11 +58,15 @@ struct Config {
   static_assert(!kSplitK || kSchedule == Schedule::kCooperativeStreamK, "only the stream-K scheduler splits K");
 };
 
-// Defined in sm90_kernel.cuh; instantiated once per configuration in its sm90_<row>.cu file.
+// Defined in sm90_kernel.cuh; instantiated once per configuration in its sm90_<row>.cu file
+// (the K plan is host logic, but its rules live beside the kernel they drive).
 template <class Cfg>
 cudaError_t launch_config(const Problem& p, cudaStream_t stream);
 
 template <class Cfg>
 size_t workspace_config(const Problem& p);
+
+template <class Cfg>
+KPlan plan_config(const Problem& p);
 
 }  // namespace blockfp8::gemm::sm90

@@ -8,5 +8,6 @@ namespace blockfp8::gemm::sm90 {
 using Row = Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>;
 template cudaError_t launch_config<Row>(const Problem&, cudaStream_t);
 template size_t workspace_config<Row>(const Problem&);
+template KPlan plan_config<Row>(const Problem&);
 
 }  // namespace blockfp8::gemm::sm90
