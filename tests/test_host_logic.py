@@ -101,6 +101,6 @@ def test_sm90_gemm_k_plan_at_132_sms():
     assert ops.gemm_k_plan(0, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
     assert ops.gemm_k_plan(0, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
     with pytest.raises(ValueError, match="row index out of range"):
-        ops.gemm_k_plan(3, 32, 4096, 4096, 132)
+        ops.gemm_k_plan(99, 32, 4096, 4096, 132)
     with pytest.raises(ValueError, match="multiple of 128"):
         ops.gemm_k_plan(0, 32, 4096, 4000, 132)

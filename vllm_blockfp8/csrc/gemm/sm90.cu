@@ -56,6 +56,10 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
       "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
+  // Forced-only candidate (after the unbounded row: never selected; max_m is its base row's).
+  make_row<Config<true, 64, 32, 1, 1, Schedule::kPingpong>>("sm90_swapab_64x32x128_pp", 64,
+      "candidate (forced only, against sm90_swapab_128x32x128): 64-row weight tiles, one ping-pong warpgroup per "
+      "tile, twice the CTAs at small M without splitting K; gemm/NOTES.md seventh session"),
 };
 // clang-format on
 

@@ -154,6 +154,16 @@ inline size_t slice_partials_bytes(const Problem& p, int slices) {
   return (size_t(slices) * size_t(p.m) * size_t(p.n) * sizeof(float) + 255) / 256 * 256;
 }
 
+// The collective the builder made, with its weight-scale layout type replaced (the builder asks for
+// depth-2 scale layouts; the collective's loads index whatever layout it is given).
+template <class Collective, class LayoutSFA>
+struct WithLayoutSFA;
+template <class Policy, class Tile, class EA, class PairA, class EB, class PairB, class... Rest, class LayoutSFA>
+struct WithLayoutSFA<cutlass::gemm::collective::CollectiveMma<Policy, Tile, EA, PairA, EB, PairB, Rest...>, LayoutSFA> {
+  using type = cutlass::gemm::collective::CollectiveMma<
+      Policy, Tile, EA, cute::tuple<cute::tuple_element_t<0, PairA>, LayoutSFA>, EB, PairB, Rest...>;
+};
+
 template <class Cfg, class ElementD>
 struct Gemm {
   using ElementAB = cutlass::float_e4m3_t;
@@ -173,18 +183,47 @@ struct Gemm {
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
 
   static constexpr int kScaleBlock = 128;
+  // Weight rows per scale entry as the collective sees them: the checkpoint's 128, or 64 on the
+  // 64-row weight tiles of the ping-pong rows (CUTLASS's collective wants whole scale blocks per
+  // tile). Then row block r of 64 reads scale block r / 2 through a nested layout (below): no copy.
+  static constexpr int kWeightScaleRows = kSwap ? std::min(Cfg::kTileM, kScaleBlock) : kScaleBlock;
   using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<
-      kSwap ? kScaleBlock : 1, kSwap ? 1 : kScaleBlock, kScaleBlock,
+      kSwap ? kWeightScaleRows : 1, kSwap ? 1 : kScaleBlock, kScaleBlock,
       kSwap ? cute::GMMA::Major::K : cute::GMMA::Major::MN,
       kSwap ? cute::GMMA::Major::MN : cute::GMMA::Major::K>;
-  using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+  using BuiltLayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-  // Cooperative rather than ping-pong: one warpgroup's per-block promotion FMAs overlap the other's
-  // wgmma (ping-pong 64x128 measured 30-60% slower at M >= 512), and only it takes stream-K.
+  // Weight block scales [nb, row_len] row-major: ((R, nb), (128, kb), batches) : ((0, row_len),
+  // (0, 1), batch_stride) with R = 128 rows per scale; kb = row_len for one batch, row_len /
+  // slices for K slices (batch_stride kb). With 64-row tiles the row mode is ((64, (2, nb))) :
+  // ((0, (0, row_len))): a 64-row block index b decomposes as (b % 2, b / 2), so both halves of a
+  // 128-row block read its one scale.
+  static auto block_scale_layout(int32_t nb, int32_t kb, int32_t row_len, int32_t batches, int32_t batch_stride) {
+    using namespace cute;
+    if constexpr (kWeightScaleRows == kScaleBlock) {
+      return make_layout(
+          make_shape(make_shape(Int<kScaleBlock>{}, nb), make_shape(Int<kScaleBlock>{}, kb), batches),
+          make_stride(make_stride(_0{}, row_len), make_stride(_0{}, _1{}), batch_stride));
+    } else {
+      static_assert(2 * kWeightScaleRows == kScaleBlock);
+      return make_layout(make_shape(make_shape(Int<kWeightScaleRows>{}, make_shape(_2{}, nb)),
+                                    make_shape(Int<kScaleBlock>{}, kb), batches),
+                         make_stride(make_stride(_0{}, make_stride(_0{}, row_len)), make_stride(_0{}, _1{}), batch_stride));
+    }
+  }
+  static constexpr bool kNestedSFA = kWeightScaleRows != kScaleBlock;
+  using LayoutSFA = std::conditional_t<kNestedSFA, decltype(block_scale_layout(0, 0, 0, 0, 0)), BuiltLayoutSFA>;
+
+  // Cooperative by default: one warpgroup's per-block promotion FMAs overlap the other's wgmma
+  // (ping-pong 64x128 measured 30-60% slower at M >= 512), and only it takes stream-K. Ping-pong
+  // where a row wants 64-row weight tiles (more CTAs at small M).
   static constexpr bool kStreamK = Cfg::kSchedule == Schedule::kCooperativeStreamK;
-  using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  static constexpr bool kPingpong = Cfg::kSchedule == Schedule::kPingpong;
+  using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum,
+                                              cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum>;
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
   using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -195,7 +234,7 @@ struct Gemm {
 
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      ElementAB, cute::tuple<LayoutA, LayoutSFA>, kAlignAB,
+      ElementAB, cute::tuple<LayoutA, BuiltLayoutSFA>, kAlignAB,
       ElementAB, cute::tuple<LayoutB, LayoutSFB>, kAlignAB,
       ElementAcc, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<
@@ -204,8 +243,10 @@ struct Gemm {
   // The same collective with our consumer loop (Config::kConsumer); only mma/mma_tail differ, so
   // shared storage, stages, the kernel and both schedulers (persistent, stream-K with its fixup)
   // are unchanged. The loop static_asserts the layouts and tiles it supports.
+  using ScaledMainloop =
+      std::conditional_t<kNestedSFA, typename WithLayoutSFA<BuiltMainloop, LayoutSFA>::type, BuiltMainloop>;
   using CollectiveMainloop = std::conditional_t<Cfg::kConsumer == Consumer::kOverlap,
-                                                OverlapPromotionMainloop<BuiltMainloop>, BuiltMainloop>;
+                                                OverlapPromotionMainloop<ScaledMainloop>, ScaledMainloop>;
 
   using Scheduler = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler,
                                        cutlass::gemm::PersistentScheduler>;
@@ -223,16 +264,6 @@ struct Gemm {
     return make_layout(make_shape(make_shape(_1{}, rows), make_shape(Int<kScaleBlock>{}, kb), batches),
                        make_stride(make_stride(_0{}, _1{}), make_stride(_0{}, ld), batch_stride));
   }
-
-  // Weight block scales [nb, row_len] row-major: ((128, nb), (128, kb), batches) : ((0, row_len),
-  // (0, 1), batch_stride); kb = row_len for one batch, row_len / slices for K slices (batch_stride kb).
-  static auto block_scale_layout(int32_t nb, int32_t kb, int32_t row_len, int32_t batches, int32_t batch_stride) {
-    using namespace cute;
-    return make_layout(
-        make_shape(make_shape(Int<kScaleBlock>{}, nb), make_shape(Int<kScaleBlock>{}, kb), batches),
-        make_stride(make_stride(_0{}, row_len), make_stride(_0{}, _1{}), batch_stride));
-  }
-
 
   // slices > 1: the K-slice batched problem (header comment), D = fp32 partials [slices, m, n].
   static Arguments arguments(const Problem& p, int slices = 1) {

@@ -16,6 +16,8 @@ namespace blockfp8::gemm::sm90 {
 enum class Schedule {
   kCooperativeStreamK,  // stream-K capable scheduler; data-parallel or stream-K picked per problem
   kCooperative,         // data-parallel persistent scheduler; no workspace, less scheduling overhead
+  kPingpong,            // persistent, each consumer warpgroup on its own tile (64 rows of the kernel's
+                        // M); swap-AB rows only, where that lets weight tiles be 64 rows tall
 };
 
 // Which consumer loop (the math warpgroups' side of the mainloop) a row runs on CUTLASS's
@@ -56,6 +58,10 @@ struct Config {
   static constexpr bool kSliceK = kSliceK_;
   static_assert(!kSliceK || kSwapAB, "K slices are written for the swap-AB operand order");
   static_assert(!kSplitK || kSchedule == Schedule::kCooperativeStreamK, "only the stream-K scheduler splits K");
+  static_assert(kSchedule != Schedule::kPingpong || (kSwapAB && kTileM == 64 && kConsumer == Consumer::kCutlass),
+                "ping-pong rows: swap-AB, 64-row weight tiles, CUTLASS's consumer loop");
+  static_assert(kSchedule == Schedule::kPingpong || kTileM % 128 == 0,
+                "cooperative rows split the tile's M over two warpgroups of 64 and scale blocks of 128");
 };
 
 // Defined in sm90_kernel.cuh; instantiated once per configuration in its sm90_<row>.cu file
