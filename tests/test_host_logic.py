@@ -72,20 +72,20 @@ def test_sm90_switches_are_checked_at_import_values():
 
 
 GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
-    (0, 32, 4096, 7168, "K slices x4"),  # CUTLASS would split 3 ways here: slices replace it
-    (0, 64, 4096, 7168, "K slices x2"),
-    (0, 32, 2112, 7552, "split-K x3"),  # 59 K blocks: no slice count divides them
-    (0, 32, 4096, 4096, "K slices x4"),  # 32 tiles, 4 slices save 18 blocks' walk
-    (0, 32, 5120, 5120, "K slices x2"),  # 40 tiles, 2 slices save 18
-    (0, 64, 4096, 4096, "data-parallel"),  # 64 tiles stream near DRAM's rate: 4 saved
-    (0, 32, 6144, 4096, "data-parallel"),  # 48 tiles, 2 slices save 11 (< 16)
-    (0, 32, 7168, 2048, "data-parallel"),
-    (0, 32, 24576, 1536, "data-parallel"),  # more tiles than SMs
-    (0, 32, 4096, 12288, "stream-K"),  # 96 K blocks on 32 tiles
-    (1, 96, 4096, 7168, "split-K x2"),  # the 128x64 row has no slices
-    (1, 96, 2112, 7168, "split-K x3"),
-    (1, 96, 4096, 4096, "data-parallel"),
-    (2, 4096, 4096, 7168, "data-parallel"),
+    (1, 32, 4096, 7168, "K slices x4"),  # CUTLASS would split 3 ways here: slices replace it
+    (1, 64, 4096, 7168, "K slices x2"),
+    (1, 32, 2112, 7552, "split-K x3"),  # 59 K blocks: no slice count divides them
+    (1, 32, 4096, 4096, "K slices x4"),  # 32 tiles, 4 slices save 18 blocks' walk
+    (1, 32, 5120, 5120, "K slices x2"),  # 40 tiles, 2 slices save 18
+    (1, 64, 4096, 4096, "data-parallel"),  # 64 tiles stream near DRAM's rate: 4 saved
+    (1, 32, 6144, 4096, "data-parallel"),  # 48 tiles, 2 slices save 11 (< 16)
+    (1, 32, 7168, 2048, "data-parallel"),
+    (1, 32, 24576, 1536, "data-parallel"),  # more tiles than SMs
+    (1, 32, 4096, 12288, "stream-K"),  # 96 K blocks on 32 tiles
+    (2, 96, 4096, 7168, "split-K x2"),  # the 128x64 row has no slices
+    (2, 96, 2112, 7168, "split-K x3"),
+    (2, 96, 4096, 4096, "data-parallel"),
+    (3, 4096, 4096, 7168, "data-parallel"),
 ]
 
 
@@ -96,11 +96,34 @@ def test_sm90_gemm_k_plan_at_132_sms():
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
-    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(3)]
-    assert names == ["sm90_swapab_128x32x128", "sm90_swapab_128x64x128_ovl", "sm90_coop_128x128x128_c2x1_ovl"]
-    assert ops.gemm_k_plan(0, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
-    assert ops.gemm_k_plan(0, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
+    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(4)]
+    assert names == ["sm90_swapab_64x32x128_pp", "sm90_swapab_128x32x128", "sm90_swapab_128x64x128_ovl",
+                     "sm90_coop_128x128x128_c2x1_ovl"]
+    assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
+    assert ops.gemm_k_plan(1, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
+    assert ops.gemm_k_plan(0, 32, 4096, 7168, 132)["plan"] == "data-parallel", "the ping-pong row never splits K"
     with pytest.raises(ValueError, match="row index out of range"):
         ops.gemm_k_plan(99, 32, 4096, 4096, 132)
     with pytest.raises(ValueError, match="multiple of 128"):
         ops.gemm_k_plan(0, 32, 4096, 4000, 132)
+
+
+GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its selection preconditions
+    (32, 4096, 4096, "sm90_swapab_64x32x128_pp"),  # 64 tiles of 64 rows: one wave from 64 up
+    (20, 8192, 2048, "sm90_swapab_64x32x128_pp"),  # 128 tiles
+    (64, 4096, 7168, "sm90_swapab_64x32x128_pp"),  # 2 x 64 tiles
+    (32, 2112, 7168, "sm90_swapab_128x32x128"),  # 33 tiles: the 128-row row's 4 K slices
+    (32, 11008, 4096, "sm90_swapab_128x32x128"),  # 172 tiles: more than one wave
+    (64, 6144, 4096, "sm90_swapab_128x32x128"),  # 192 tiles
+    (96, 4096, 4096, "sm90_swapab_128x64x128_ovl"),
+    (1024, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),
+]
+
+
+@pytest.mark.skipif("9.0a" not in ops.build_info().get("archs", []) if ops.HAS_CUDA_KERNELS else True,
+                    reason="the SM90 GEMM is not in this build (TORCH_CUDA_ARCH_LIST without 9.0a)")
+def test_sm90_gemm_selection_at_132_sms():
+    """Row selection by M and by the rows' selection preconditions, host logic only."""
+    got = [(m, n, k, ops.gemm_k_plan(-1, m, n, k, 132)["row"]) for m, n, k, _ in GEMM_SELECTION_AT_132_SMS]
+    assert got == GEMM_SELECTION_AT_132_SMS
+    assert ops.gemm_k_plan(-1, 32, 4096, 4096, 63)["row"] == "sm90_swapab_128x32x128", "64 tiles > 63 SMs"

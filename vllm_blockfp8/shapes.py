@@ -58,6 +58,19 @@ HELD_OUT = (
     WeightShape("llama3-8b.down.4096x14336", 4096, 14336),
 )
 
+# A second held-out set, for the rule fitted on the first (gemm/NOTES.md seventh session).
+HELD_OUT_2 = (
+    WeightShape("qwen3-4b.qkv.6144x2560", 6144, 2560),
+    WeightShape("qwen3-4b.o.2560x4096", 2560, 4096),
+    WeightShape("qwen3-4b.down.2560x9728", 2560, 9728),
+    WeightShape("mistral-small.o.5120x4096", 5120, 4096),
+    WeightShape("gemma3-12b.qkv.8192x3840", 8192, 3840),
+    WeightShape("gemma3-12b.o.3840x4096", 3840, 4096),
+    WeightShape("llama3.2-3b.qkv.5120x3072", 5120, 3072),
+    WeightShape("llama3.2-3b.down.3072x8192", 3072, 8192),
+    WeightShape("llama3-8b.gate_up.28672x4096", 28672, 4096),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -83,7 +96,7 @@ QUANT_M = (1, 16, 128, 1024, 2048, 4096, 8192)
 
 def by_name(name: str) -> WeightShape:
     """Look a shape up by its name across every set in this module."""
-    for shape in BENCHMARK_SET + HELD_OUT + RAGGED + SMALL + (UNSUPPORTED_K,):
+    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + RAGGED + SMALL + (UNSUPPORTED_K,):
         if shape.name == name:
             return shape
     raise KeyError(f"unknown shape {name!r}")

@@ -444,16 +444,19 @@ std::string op_row_rejects(std::string family, int64_t row, int64_t m, int64_t n
   return why == nullptr ? std::string() : std::string(why);
 }
 
-// How SM90 GEMM row `row` runs an (m, n, k) problem along K at sm_count SMs (host logic, no
-// device needed; the benchmark switches applied as the op applies them): JSON {"row", "plan"},
+// How SM90 GEMM row `row` (-1: the row the table selects) runs an (m, n, k) problem along K at
+// sm_count SMs (host logic, no device needed; the benchmark switches applied as the op applies
+// them): JSON {"row", "plan"},
 // {"error"} for arguments it cannot plan (ops.py raises; no exception crosses the stable ABI), or
 // "" when this build has no SM90 GEMM.
 std::string op_gemm_k_plan(int64_t row, int64_t m, int64_t n, int64_t k, int64_t sm_count) {
 #ifdef BLOCKFP8_HAS_SM90_GEMM
-  if (row < 0 || row >= gemm::num_rows()) return "{\"error\": \"gemm row index out of range\"}";
+  if (row < -1 || row >= gemm::num_rows()) return "{\"error\": \"gemm row index out of range\"}";
   if (m < 1 || n < 1 || k < 128 || k % 128 != 0 || sm_count < 1 || sm_count > 1 << 20)
     return "{\"error\": \"needs m, n, sm_count >= 1 and k a positive multiple of 128\"}";
   gemm::Problem p = linear::gemm_shape(linear::Shape{m, n, k, 90, int(sm_count)});
+  if (row == -1) row = gemm::select(p);
+  if (row < 0) return "{\"error\": \"no row takes this shape\"}";
   const Sm90Switches& env = sm90_env_switches();
   p.splits = env.splits;
   p.nondeterministic_reduction = env.nondeterministic_reduction;

@@ -56,7 +56,8 @@ const TileRow& row(int i);
 // nullptr if row i can run p, else a sentence saying why not (static storage, never freed).
 const char* rejects(int i, const Problem& p);
 
-// First row with max_m >= p.m that does not reject p; -1 if none.
+// First row with max_m >= p.m that does not reject p and whose selection precondition (a speed
+// rule some rows carry, e.g. "its tiles fill one wave") holds; -1 if none.
 int select(const Problem& p);
 
 // Device scratch that launch(i, p) needs (stream-K partial tiles and their flags); 0 when none.

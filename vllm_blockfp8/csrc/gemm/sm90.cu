@@ -4,10 +4,12 @@
 //   A fp8 [m, k] K-major, SFA fp32 per token per 128 K (M-major, ld % 4 == 0), B fp8 [n, k]
 //   K-major, SFB fp32 [ceil(n/128), k/128] row-major, D bf16/fp16 [m, n] row-major.
 //
-// Kernels: CUTLASS cooperative TMA/wgmma mainloop with blockwise scaling (sm90_kernel.cuh); each
-// row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu: sm90_swapab_128x32x128.cu,
+// Kernels: CUTLASS cooperative (for 64-row weight tiles: ping-pong) TMA/wgmma mainloop with
+// blockwise scaling (sm90_kernel.cuh); each row's two instantiations (bf16 and fp16 out) live in
+// sm90_<row name>.cu: sm90_swapab_64x32x128_pp.cu, sm90_swapab_128x32x128.cu,
 // sm90_swapab_128x64x128_ovl.cu and sm90_coop_128x128x128_c2x1_ovl.cu (the `_ovl` rows run our own
-// consumer loop on that collective: sm90_overlap_mainloop.cuh). Where their tiles leave SMs idle
+// consumer loop on that collective: sm90_overlap_mainloop.cuh). A row may carry a selection
+// precondition (the 64-row row: its tiles fill one wave); forcing a row ignores it. Where their tiles leave SMs idle
 // the swap rows split K: the 128x32 row into K slices run as one batched launch plus a sum kernel
 // (where that saves more than it costs), else, like the 128x64 row, CUTLASS's split-K at K >= 7168.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
@@ -30,11 +32,24 @@ struct Sm90Row {
   cudaError_t (*launch)(const Problem&, cudaStream_t);
   size_t (*workspace)(const Problem&);
   KPlan (*plan)(const Problem&);
+  // Selection precondition (speed, not capability: a forced row runs without it); nullptr = any.
+  bool (*prefers)(const Problem&) = nullptr;
 };
 
 template <class Cfg>
-constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason) {
-  return {{name, max_m, reason}, &sm90::launch_config<Cfg>, &sm90::workspace_config<Cfg>, &sm90::plan_config<Cfg>};
+constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason,
+                           bool (*prefers)(const Problem&) = nullptr) {
+  return {{name, max_m, reason}, &sm90::launch_config<Cfg>, &sm90::workspace_config<Cfg>, &sm90::plan_config<Cfg>,
+          prefers};
+}
+
+// The 64-row ping-pong row where its tiles fill one wave, from 64 tiles up: below that, the 128-row
+// row's K slices (4 of them on <= 24 such tiles) gave more CTAs shorter walks and won at every
+// measured point (gemm/NOTES.md seventh session).
+constexpr int64_t kPingpongMinTiles = 64;
+bool one_wave_of_64_row_tiles(const Problem& p) {
+  const int64_t tiles = ((p.n + 63) / 64) * ((p.m + 31) / 32);
+  return tiles >= kPingpongMinTiles && tiles <= p.sm_count;
 }
 
 // clang-format off
@@ -42,6 +57,11 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason) 
 // [, consumer loop]> in the kernel's operand order (weights x tokens when swapped). Each row is
 // instantiated in sm90_<name>.cu. Reasons quote GEMM-only times on the H200 (NOTES.md has the tables).
 const Sm90Row kRows[] = {
+  make_row<Config<true, 64, 32, 1, 1, Schedule::kPingpong>>("sm90_swapab_64x32x128_pp", 64,
+      "64-row weight tiles, one ping-pong warpgroup each (weight scales read through a nested layout), where those "
+      "tiles fill one wave from 64 up: twice the CTAs of the row below without splitting K; 0.77-0.95x its time at "
+      "all 21 such points measured (M = 24..64), 1.04-1.26x on fewer tiles (gemm/NOTES.md seventh session)",
+      &one_wave_of_64_row_tiles),
   make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>>("sm90_swapab_128x32x128", 64,
       "swap-AB puts tokens on the cheap wgmma N side (32 wide); each CTA is K-block latency bound, so many small "
       "tiles win: fastest row at every M <= 64 on all 8 benchmark shapes; K slices where its tiles leave SMs idle "
@@ -56,10 +76,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
       "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  // Forced-only candidate (after the unbounded row: never selected; max_m is its base row's).
-  make_row<Config<true, 64, 32, 1, 1, Schedule::kPingpong>>("sm90_swapab_64x32x128_pp", 64,
-      "candidate (forced only, against sm90_swapab_128x32x128): 64-row weight tiles, one ping-pong warpgroup per "
-      "tile, twice the CTAs at small M without splitting K; gemm/NOTES.md seventh session"),
 };
 // clang-format on
 
@@ -120,7 +136,8 @@ const char* rejects(int i, const Problem& p) {
 
 int select(const Problem& p) {
   for (int i = 0; i < kNumRows; ++i) {
-    if (kRows[i].info.max_m >= p.m && rejects(i, p) == nullptr) return i;
+    if (kRows[i].info.max_m >= p.m && rejects(i, p) == nullptr && (!kRows[i].prefers || kRows[i].prefers(p)))
+      return i;
   }
   return -1;
 }

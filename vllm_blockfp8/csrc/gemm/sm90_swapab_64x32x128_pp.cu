@@ -1,6 +1,5 @@
 // Instantiates tile-table row sm90_swapab_64x32x128_pp of sm90.cu (bf16 and fp16 out): swap-AB with
-// 64-row weight tiles on CUTLASS's ping-pong blockwise-FP8 kernel; see sm90_kernel.cuh. Forced-only
-// candidate. sm_90a only.
+// 64-row weight tiles on CUTLASS's ping-pong blockwise-FP8 kernel; see sm90_kernel.cuh. sm_90a only.
 #include "sm90_kernel.cuh"
 
 namespace blockfp8::gemm::sm90 {
