@@ -60,11 +60,13 @@ const Sm90Row kRows[] = {
   make_row<Config<true, 64, 32, 1, 1, Schedule::kPingpong>>("sm90_swapab_64x32x128_pp", 64,
       "64-row weight tiles, one ping-pong warpgroup each (weight scales read through a nested layout), where those "
       "tiles fill one wave from 64 up: twice the CTAs of the row below without splitting K; 0.77-0.95x its time at "
-      "all 21 such points measured (M = 24..64), 1.04-1.26x on fewer tiles (gemm/NOTES.md seventh session)",
+      "all 21 such points it was fitted on (M = 24..64), 0.74-0.99x (geomean 0.84) at 12 held-out ones; 1.04-1.26x "
+      "on fewer tiles, up to 1.2x past one wave (gemm/NOTES.md seventh session)",
       &one_wave_of_64_row_tiles),
   make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>>("sm90_swapab_128x32x128", 64,
-      "swap-AB puts tokens on the cheap wgmma N side (32 wide); each CTA is K-block latency bound, so many small "
-      "tiles win: fastest row at every M <= 64 on all 8 benchmark shapes; K slices where its tiles leave SMs idle "
+      "M <= 64 where the 64-row row's tiles would not fill one wave: swap-AB puts tokens on the cheap wgmma N side "
+      "(32 wide); each CTA is K-block latency bound, so many small tiles win (fastest cooperative row at every "
+      "M <= 64 on all 8 benchmark shapes); K slices where its tiles leave SMs idle "
       "(held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, geomean 0.81; CUTLASS's split-K, which "
       "they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)"),
   make_row<Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>>("sm90_swapab_128x64x128_ovl", 128,
@@ -76,6 +78,10 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
       "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
+  // Forced-only candidate (after the unbounded row: never selected; max_m is its base row's).
+  make_row<Config<true, 64, 64, 1, 1, Schedule::kPingpong>>("sm90_swapab_64x64x128_pp", 128,
+      "candidate (forced only, against sm90_swapab_128x64x128_ovl): 64-row weight tiles of 64 tokens, one ping-pong "
+      "warpgroup per tile, for M in (64, 128] where those tiles fill one wave; gemm/NOTES.md seventh session"),
 };
 // clang-format on
 
