@@ -78,10 +78,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
       "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  // Forced-only candidate (after the unbounded row: never selected; max_m is its base row's).
-  make_row<Config<true, 64, 64, 1, 1, Schedule::kPingpong>>("sm90_swapab_64x64x128_pp", 128,
-      "candidate (forced only, against sm90_swapab_128x64x128_ovl): 64-row weight tiles of 64 tokens, one ping-pong "
-      "warpgroup per tile, for M in (64, 128] where those tiles fill one wave; gemm/NOTES.md seventh session"),
 };
 // clang-format on
 
