@@ -9,9 +9,10 @@
 // sm90_<row name>.cu: sm90_swapab_64x32x128_pp.cu, sm90_swapab_128x32x128.cu,
 // sm90_swapab_128x64x128_ovl.cu and sm90_coop_128x128x128_c2x1_ovl.cu (the `_ovl` rows run our own
 // consumer loop on that collective: sm90_overlap_mainloop.cuh). A row may carry a selection
-// precondition (the 64-row row: its tiles fill one wave); forcing a row ignores it. Where their tiles leave SMs idle
-// the swap rows split K: the 128x32 row into K slices run as one batched launch plus a sum kernel
-// (where that saves more than it costs), else, like the 128x64 row, CUTLASS's split-K at K >= 7168.
+// precondition (the 64-row row: its tiles fill one wave); forcing a row ignores it. Where their
+// tiles leave SMs idle the cooperative swap rows split K: the 128x32 row into K slices run as one
+// batched launch plus a sum kernel (where that saves more than it costs), else, like the 128x64
+// row, CUTLASS's split-K at K >= 7168.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -43,13 +44,16 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason,
           prefers};
 }
 
-// The 64-row ping-pong row where its tiles fill one wave, from 64 tiles up: below that, the 128-row
-// row's K slices (4 of them on <= 24 such tiles) gave more CTAs shorter walks and won at every
-// measured point (gemm/NOTES.md seventh session).
-constexpr int64_t kPingpongMinTiles = 64;
-bool one_wave_of_64_row_tiles(const Problem& p) {
-  const int64_t tiles = ((p.n + 63) / 64) * ((p.m + 31) / 32);
-  return tiles >= kPingpongMinTiles && tiles <= p.sm_count;
+// Selection precondition of the 64-row ping-pong row: its tiles fill one wave, from 64 tiles up.
+// Below 64, the 128-row row's K slices (4 of them on <= 24 of its tiles) gave more CTAs shorter
+// walks and won at every measured point (gemm/NOTES.md seventh session).
+constexpr int64_t kOneWaveMinTiles = 64;
+using Sm90Pingpong64x32 = Config<true, 64, 32, 1, 1, Schedule::kPingpong>;
+template <class Cfg>
+bool fills_one_wave(const Problem& p) {
+  static_assert(Cfg::kSwapAB, "tiles counted in the swap-AB operand order");
+  const int64_t tiles = ((p.n + Cfg::kTileM - 1) / Cfg::kTileM) * ((p.m + Cfg::kTileN - 1) / Cfg::kTileN);
+  return tiles >= kOneWaveMinTiles && tiles <= p.sm_count;
 }
 
 // clang-format off
@@ -57,12 +61,12 @@ bool one_wave_of_64_row_tiles(const Problem& p) {
 // [, consumer loop]> in the kernel's operand order (weights x tokens when swapped). Each row is
 // instantiated in sm90_<name>.cu. Reasons quote GEMM-only times on the H200 (NOTES.md has the tables).
 const Sm90Row kRows[] = {
-  make_row<Config<true, 64, 32, 1, 1, Schedule::kPingpong>>("sm90_swapab_64x32x128_pp", 64,
+  make_row<Sm90Pingpong64x32>("sm90_swapab_64x32x128_pp", 64,
       "64-row weight tiles, one ping-pong warpgroup each (weight scales read through a nested layout), where those "
       "tiles fill one wave from 64 up: twice the CTAs of the row below without splitting K; 0.77-0.95x its time at "
       "all 21 such points it was fitted on (M = 24..64), 0.74-0.99x (geomean 0.84) at 12 held-out ones; 1.04-1.26x "
       "on fewer tiles, up to 1.2x past one wave (gemm/NOTES.md seventh session)",
-      &one_wave_of_64_row_tiles),
+      &fills_one_wave<Sm90Pingpong64x32>),
   make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>>("sm90_swapab_128x32x128", 64,
       "M <= 64 where the 64-row row's tiles would not fill one wave: swap-AB puts tokens on the cheap wgmma N side "
       "(32 wide); each CTA is K-block latency bound, so many small tiles win (fastest cooperative row at every "
