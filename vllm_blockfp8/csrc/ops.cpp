@@ -93,7 +93,7 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // BLOCKFP8_SM90_RASTER (heuristic | along_m | along_n) and BLOCKFP8_SM90_SWIZZLE (1, 2, 4, 8)
 // replace the default persistent tile order (gemm/sm90.cu: along M / swizzle 8 from M = 2048) at
 // every M; setting either one sets both (the other at CUTLASS's default).
-// BLOCKFP8_SM90_SPLITS (N >= 1) and BLOCKFP8_SM90_REDUCTION (nondeterministic), swap-AB rows only:
+// BLOCKFP8_SM90_SPLITS (N >= 1) and BLOCKFP8_SM90_REDUCTION (nondeterministic), cooperative swap-AB rows:
 // wherever the row would not take stream-K, N K slices where N divides the K blocks (the 128x32
 // row), else N CUTLASS split-K partial tiles, those added in arrival order.
 struct Sm90Switches {
@@ -446,9 +446,8 @@ std::string op_row_rejects(std::string family, int64_t row, int64_t m, int64_t n
 
 // How SM90 GEMM row `row` (-1: the row the table selects) runs an (m, n, k) problem along K at
 // sm_count SMs (host logic, no device needed; the benchmark switches applied as the op applies
-// them): JSON {"row", "plan"},
-// {"error"} for arguments it cannot plan (ops.py raises; no exception crosses the stable ABI), or
-// "" when this build has no SM90 GEMM.
+// them): JSON {"row", "plan"}, {"error"} for arguments it cannot plan (ops.py raises; no exception
+// crosses the stable ABI), or "" when this build has no SM90 GEMM.
 std::string op_gemm_k_plan(int64_t row, int64_t m, int64_t n, int64_t k, int64_t sm_count) {
 #ifdef BLOCKFP8_HAS_SM90_GEMM
   if (row < -1 || row >= gemm::num_rows()) return "{\"error\": \"gemm row index out of range\"}";
