@@ -37,7 +37,7 @@ SHAPE_SETS = {
     "benchmark_set": shapes.BENCHMARK_SET, "qwen3_8b": shapes.QWEN3_8B,
     "deepseek_v3": shapes.DEEPSEEK_V3, "seeds": shapes.SEEDS, "ragged": shapes.RAGGED,
     "small": shapes.SMALL, "held_out": shapes.HELD_OUT,
-    "held_out_2": shapes.HELD_OUT_2,
+    "held_out_2": shapes.HELD_OUT_2, "held_out_3": shapes.HELD_OUT_3,
 }
 
 

@@ -82,10 +82,10 @@ GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
     (1, 32, 7168, 2048, "data-parallel"),
     (1, 32, 24576, 1536, "data-parallel"),  # more tiles than SMs
     (1, 32, 4096, 12288, "stream-K"),  # 96 K blocks on 32 tiles
-    (2, 96, 4096, 7168, "split-K x2"),  # the 128x64 row has no slices
-    (2, 96, 2112, 7168, "split-K x3"),
-    (2, 96, 4096, 4096, "data-parallel"),
-    (3, 4096, 4096, 7168, "data-parallel"),
+    (3, 96, 4096, 7168, "split-K x2"),  # the 128x64 row has no slices
+    (3, 96, 2112, 7168, "split-K x3"),
+    (3, 96, 4096, 4096, "data-parallel"),
+    (4, 4096, 4096, 7168, "data-parallel"),
 ]
 
 
@@ -96,9 +96,9 @@ def test_sm90_gemm_k_plan_at_132_sms():
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
-    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(4)]
-    assert names == ["sm90_swapab_64x32x128_pp", "sm90_swapab_128x32x128", "sm90_swapab_128x64x128_ovl",
-                     "sm90_coop_128x128x128_c2x1_ovl"]
+    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(5)]
+    assert names == ["sm90_swapab_64x32x128_pp", "sm90_swapab_128x32x128", "sm90_swapab_64x64x128_pp",
+                     "sm90_swapab_128x64x128_ovl", "sm90_coop_128x128x128_c2x1_ovl"]
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
     assert ops.gemm_k_plan(0, 32, 4096, 7168, 132)["plan"] == "data-parallel", "the ping-pong row never splits K"
@@ -115,7 +115,11 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (32, 2112, 7168, "sm90_swapab_128x32x128"),  # 33 tiles: the 128-row row's 4 K slices
     (32, 11008, 4096, "sm90_swapab_128x32x128"),  # 172 tiles: more than one wave
     (64, 6144, 4096, "sm90_swapab_128x32x128"),  # 192 tiles
-    (96, 4096, 4096, "sm90_swapab_128x64x128_ovl"),
+    (96, 4096, 4096, "sm90_swapab_64x64x128_pp"),  # 2 x 64 tiles of 64 rows, the 128x64 row unsplit
+    (128, 2048, 2048, "sm90_swapab_64x64x128_pp"),  # 2 x 32: 64 tiles
+    (96, 4096, 7168, "sm90_swapab_128x64x128_ovl"),  # that row splits K in two: the split won
+    (128, 4096, 12288, "sm90_swapab_128x64x128_ovl"),  # stream-K
+    (128, 6144, 4096, "sm90_swapab_128x64x128_ovl"),  # 192 tiles of 64 rows: more than one wave
     (1024, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),
 ]
 
@@ -127,3 +131,26 @@ def test_sm90_gemm_selection_at_132_sms():
     got = [(m, n, k, ops.gemm_k_plan(-1, m, n, k, 132)["row"]) for m, n, k, _ in GEMM_SELECTION_AT_132_SMS]
     assert got == GEMM_SELECTION_AT_132_SMS
     assert ops.gemm_k_plan(-1, 32, 4096, 4096, 63)["row"] == "sm90_swapab_128x32x128", "64 tiles > 63 SMs"
+    assert ops.gemm_k_plan(-1, 96, 2048, 2048, 132)["row"] == "sm90_swapab_64x64x128_pp"
+    assert ops.gemm_k_plan(-1, 96, 1984, 2048, 132)["row"] == "sm90_swapab_128x64x128_ovl", "62 tiles < 64"
+
+
+GEMM_ORDERS_AT_132_SMS = [  # (m, n, k, order): sm90.cu's default order with sm90_kernel.cuh's swizzle fit
+    (1024, 4096, 4096, "heuristic:1"),  # below M = 2048: CUTLASS's defaults
+    (8192, 7168, 16384, "along_m:8"),  # 64 x 56 tiles: no padding at 8
+    (2048, 2112, 7168, "along_m:8"),  # 16 x 17 tiles -> 16 x 24: 3 waves either way
+    (4096, 2112, 7168, "along_m:4"),  # 32 x 17: 8 pads to 24 columns (6 waves, not 5); 4 to 20 (5)
+    (8192, 2112, 7168, "along_m:2"),  # 64 x 17: 9 waves; 4 -> 20 columns would take 10
+    (2176, 7168, 16384, "along_m:1"),  # 17 token tiles (18 in 2x1 clusters) would pad to 32, 24 or 20
+    (4096, 576, 7168, "along_m:4"),  # 5 weight tiles: CUTLASS itself caps the swizzle at 4; 8 columns, 2 waves
+]
+
+
+@pytest.mark.skipif("9.0a" not in ops.build_info().get("archs", []) if ops.HAS_CUDA_KERNELS else True,
+                    reason="the SM90 GEMM is not in this build (TORCH_CUDA_ARCH_LIST without 9.0a)")
+def test_sm90_gemm_tile_order_at_132_sms():
+    """The persistent tile order the selected row launches with: along M from M = 2048, the swizzle
+    lowered where CUTLASS's padding of the tile grid to it would add a wave (host logic only)."""
+    got = [(m, n, k, ops.gemm_k_plan(-1, m, n, k, 132)["order"]) for m, n, k, _ in GEMM_ORDERS_AT_132_SMS]
+    assert got == GEMM_ORDERS_AT_132_SMS
+    assert ops.gemm_k_plan(1, 32, 4096, 4096, 132)["order"] == "heuristic:1", "swap rows keep CUTLASS's order"

@@ -367,10 +367,11 @@ def gemv_pins_residency(column_blocks: int, sm_count: int, ksplit: int, m_tiles:
 
 def gemm_k_plan(row: int, m: int, n: int, k: int, sm_count: Optional[int] = None) -> Optional[dict]:
     """How SM90 GEMM row number ``row`` (its index in the tile table; -1: the row the table
-    selects) runs an (M, N, K) problem along K: {"row": name, "plan": "data-parallel" |
-    "stream-K" | "split-K xS" | "K slices xS"}.
+    selects) runs an (M, N, K) problem: {"row": name, "plan": "data-parallel" | "stream-K" |
+    "split-K xS" | "K slices xS", "order": "RASTER:SWIZZLE"} (the persistent tile order in the
+    BLOCKFP8_SM90_RASTER / _SWIZZLE vocabulary, with the swizzle CUTLASS ends up using).
     Host logic (sm_count defaults to the current GPU's; give it to ask without a GPU), with the
-    BLOCKFP8_SM90_SPLITS / _REDUCTION switches applied. None when the build has no SM90 GEMM."""
+    BLOCKFP8_SM90_* switches applied. None when the build has no SM90 GEMM."""
     if sm_count is None:
         _need(torch.cuda.is_available(), "gemm_k_plan: give sm_count when no CUDA GPU is present")
         sm_count = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count

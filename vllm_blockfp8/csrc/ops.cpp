@@ -125,6 +125,18 @@ const Sm90Switches& sm90_env_switches() {
   return switches;
 }
 
+#ifdef BLOCKFP8_HAS_SM90_GEMM
+void apply_sm90_switches(gemm::Problem& p) {
+  const Sm90Switches& env = sm90_env_switches();
+  if (env.order_from_env) {
+    p.raster = env.raster;
+    p.max_swizzle = env.max_swizzle;
+  }
+  p.splits = env.splits;
+  p.nondeterministic_reduction = env.nondeterministic_reduction;
+}
+#endif
+
 bool is_16bit(ScalarType t) { return t == ScalarType::BFloat16 || t == ScalarType::Half; }
 
 void check_weight(const Tensor& b, const Tensor& b_scale, int64_t k) {
@@ -247,13 +259,7 @@ Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const T
   p.m = m, p.n = n, p.k = k;
   p.out_bf16 = out_dtype == ScalarType::BFloat16;
   p.sm_count = dev.sm_count;
-  const Sm90Switches& env = sm90_env_switches();
-  if (env.order_from_env) {
-    p.raster = env.raster;
-    p.max_swizzle = env.max_swizzle;
-  }
-  p.splits = env.splits;
-  p.nondeterministic_reduction = env.nondeterministic_reduction;
+  apply_sm90_switches(p);
   const int i = pick_row<GemmFamily>("gemm", int(row), p);
   log_row("gemm", gemm::row(i).name, m, n, k);
   std::optional<Tensor> workspace;
@@ -444,10 +450,10 @@ std::string op_row_rejects(std::string family, int64_t row, int64_t m, int64_t n
   return why == nullptr ? std::string() : std::string(why);
 }
 
-// How SM90 GEMM row `row` (-1: the row the table selects) runs an (m, n, k) problem along K at
-// sm_count SMs (host logic, no device needed; the benchmark switches applied as the op applies
-// them): JSON {"row", "plan"}, {"error"} for arguments it cannot plan (ops.py raises; no exception
-// crosses the stable ABI), or "" when this build has no SM90 GEMM.
+// How SM90 GEMM row `row` (-1: the row the table selects) runs an (m, n, k) problem along K and in
+// which tile order, at sm_count SMs (host logic, no device needed; the benchmark switches applied
+// as the op applies them): JSON {"row", "plan", "order"}, {"error"} for arguments it cannot plan
+// (ops.py raises; no exception crosses the stable ABI), or "" when this build has no SM90 GEMM.
 std::string op_gemm_k_plan(int64_t row, int64_t m, int64_t n, int64_t k, int64_t sm_count) {
 #ifdef BLOCKFP8_HAS_SM90_GEMM
   if (row < -1 || row >= gemm::num_rows()) return "{\"error\": \"gemm row index out of range\"}";
@@ -456,15 +462,16 @@ std::string op_gemm_k_plan(int64_t row, int64_t m, int64_t n, int64_t k, int64_t
   gemm::Problem p = linear::gemm_shape(linear::Shape{m, n, k, 90, int(sm_count)});
   if (row == -1) row = gemm::select(p);
   if (row < 0) return "{\"error\": \"no row takes this shape\"}";
-  const Sm90Switches& env = sm90_env_switches();
-  p.splits = env.splits;
-  p.nondeterministic_reduction = env.nondeterministic_reduction;
+  apply_sm90_switches(p);
   const gemm::KPlan plan = gemm::k_plan(int(row), p);
   const std::string what = plan.slices > 1   ? "K slices x" + std::to_string(plan.slices)
                            : plan.stream_k   ? std::string("stream-K")
                            : plan.splits > 1 ? "split-K x" + std::to_string(plan.splits)
                                              : std::string("data-parallel");
-  return std::string("{\"row\": \"") + gemm::row(int(row)).name + "\", \"plan\": \"" + what + "\"}";
+  // The BLOCKFP8_SM90_RASTER:SWIZZLE vocabulary, with the swizzle CUTLASS ends up using.
+  const char* raster = plan.raster == 1 ? "along_m" : plan.raster == 2 ? "along_n" : "heuristic";
+  return std::string("{\"row\": \"") + gemm::row(int(row)).name + "\", \"plan\": \"" + what + "\", \"order\": \"" +
+         raster + ":" + std::to_string(plan.swizzle) + "\"}";
 #else
   (void)row, (void)m, (void)n, (void)k, (void)sm_count;
   return std::string();

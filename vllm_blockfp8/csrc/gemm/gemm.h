@@ -36,9 +36,12 @@ struct Problem {
   int sm_count = 0;                // multiprocessors of the device (> 0; sizes persistent grids)
   // Persistent tile order: raster -1 = the arch file's default for this problem (sm90.cu), 0 =
   // CUTLASS's heuristic, 1 = along M, 2 = along N; max_swizzle 1, 2, 4 or 8 (read when raster >= 0).
-  // ops.cpp sets them only from BLOCKFP8_SM90_RASTER / _SWIZZLE (benchmark switches).
+  // ops.cpp sets them only from BLOCKFP8_SM90_RASTER / _SWIZZLE (benchmark switches), which CUTLASS then
+  // takes as given. fit_swizzle (set by sm90.cu for its default order) lowers the swizzle until CUTLASS's
+  // padded tile grid needs no more waves than the plain one (sm90_kernel.cuh, launch_swizzle).
   int raster = -1;
   int max_swizzle = 1;
+  bool fit_swizzle = false;
   // Split-K capable rows only (Config::kSplitK), benchmark switches set by ops.cpp from BLOCKFP8_SM90_SPLITS /
   // BLOCKFP8_SM90_REDUCTION: splits > 0 replaces the row's split rule (1 = never split; capped at the
   // K blocks), and nondeterministic_reduction lets the partial tiles add in arrival order.
@@ -67,12 +70,16 @@ int select(const Problem& p);
 size_t workspace_bytes(int i, const Problem& p);
 
 // How row i runs p along K: whole (data-parallel), CUTLASS's stream-K, CUTLASS's split-K into
-// `splits` partial tiles, or `slices` K slices run as one batched launch plus a sum kernel. Host
-// logic only (sizes and sm_count; the benchmark switches in p included), for logs and tests.
+// `splits` partial tiles, or `slices` K slices run as one batched launch plus a sum kernel; and the
+// persistent tile order it launches with (raster 0 heuristic / 1 along M / 2 along N, the swizzle
+// CUTLASS ends up using). Host logic only (sizes and sm_count; the benchmark switches in p
+// included), for logs and tests.
 struct KPlan {
   bool stream_k = false;
   int splits = 1;
   int slices = 1;
+  int raster = 0;
+  int swizzle = 1;
 };
 KPlan k_plan(int i, const Problem& p);
 

@@ -6,10 +6,10 @@
 //
 // Kernels: CUTLASS cooperative (for 64-row weight tiles: ping-pong) TMA/wgmma mainloop with
 // blockwise scaling (sm90_kernel.cuh); each row's two instantiations (bf16 and fp16 out) live in
-// sm90_<row name>.cu: sm90_swapab_64x32x128_pp.cu, sm90_swapab_128x32x128.cu,
+// sm90_<row name>.cu: sm90_swapab_64x32x128_pp.cu, sm90_swapab_128x32x128.cu, sm90_swapab_64x64x128_pp.cu,
 // sm90_swapab_128x64x128_ovl.cu and sm90_coop_128x128x128_c2x1_ovl.cu (the `_ovl` rows run our own
 // consumer loop on that collective: sm90_overlap_mainloop.cuh). A row may carry a selection
-// precondition (the 64-row row: its tiles fill one wave); forcing a row ignores it. Where their
+// precondition (the 64-row rows: their tiles fill one wave); forcing a row ignores it. Where their
 // tiles leave SMs idle the cooperative swap rows split K: the 128x32 row into K slices run as one
 // batched launch plus a sum kernel (where that saves more than it costs), else, like the 128x64
 // row, CUTLASS's split-K at K >= 7168.
@@ -56,6 +56,16 @@ bool fills_one_wave(const Problem& p) {
   return tiles >= kOneWaveMinTiles && tiles <= p.sm_count;
 }
 
+// Selection precondition of the 64x64 ping-pong row (M in (64, 128]): one wave as above, and only where
+// the 128x64 row would run each tile's K whole. Where that row splits K (CUTLASS split-K or stream-K on
+// long K) the split beat twice the tiles (gemm/NOTES.md seventh session, 20 points).
+using Sm90Pingpong64x64 = Config<true, 64, 64, 1, 1, Schedule::kPingpong>;
+using Sm90Swap128x64 = Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>;
+bool fills_one_wave_unsplit(const Problem& p) {
+  const KPlan base = sm90::plan_config<Sm90Swap128x64>(p);
+  return fills_one_wave<Sm90Pingpong64x64>(p) && !base.stream_k && base.splits == 1 && base.slices == 1;
+}
+
 // clang-format off
 // Tile table, first fitting row wins. Config<swap_ab, tile_m, tile_n, cluster_m, cluster_n, schedule
 // [, consumer loop]> in the kernel's operand order (weights x tokens when swapped). Each row is
@@ -73,7 +83,11 @@ const Sm90Row kRows[] = {
       "M <= 64 on all 8 benchmark shapes); K slices where its tiles leave SMs idle "
       "(held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, geomean 0.81; CUTLASS's split-K, which "
       "they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)"),
-  make_row<Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>>("sm90_swapab_128x64x128_ovl", 128,
+  make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp", 128,
+      "candidate under test (held-out set 3): M in (64, 128] where its 64-row tiles fill one wave and the row below "
+      "would not split K; fitted at 8 such points, 0.82-0.86x that row's time (gemm/NOTES.md seventh session)",
+      &fills_one_wave_unsplit),
+  make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", 128,
       "M in (64, 128]: one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% on 6 of 8 shapes); "
       "our overlapped consumer loop takes 6.1% off that (30 points, M = 96 and 128, both run orders, faster at 28); "
       "split-K as the row above (0.87-0.92x on 2112x7168 and 4096x7168)"),
@@ -112,12 +126,14 @@ const char* rejects_any(const Problem& p) {
   return nullptr;
 }
 
-// Default persistent tile order (Problem::raster == -1): along M with swizzle 8 from M = 2048 up,
-// where it was measured on the H200 (NOTES.md, "Tile order measured": 7168x16384 at M = 2048 /
+// Default persistent tile order (Problem::raster == -1): along M with swizzle up to 8 from M = 2048
+// up, where it was measured on the H200 (NOTES.md, "Tile order measured": 7168x16384 at M = 2048 /
 // 4096 / 8192 took 560 / 846 / 1987 us to 452 / 786 / 1574, the Qwen3-8B shapes moved within the
-// noise, and the GPU GEMM tests passed under it on ragged tile grids); CUTLASS's defaults
-// (heuristic order, swizzle 1) below, where no measurement covers it. Only the unbounded rows see
-// M >= 2048. Resolved in one place so the workspace size and the launch agree.
+// noise, and the GPU GEMM tests passed under it on ragged tile grids), lowered per problem where
+// CUTLASS's padding of the grid to the swizzle would add a wave (fit_swizzle; the rule is
+// sm90_kernel.cuh's launch_swizzle); CUTLASS's defaults (heuristic order, swizzle 1) below, where no
+// measurement covers it. Only the unbounded rows see M >= 2048. Resolved in one place so the
+// workspace size and the launch agree.
 constexpr int64_t kSwizzledOrderMinM = 2048;
 
 Problem with_tile_order(Problem p) {
@@ -125,6 +141,7 @@ Problem with_tile_order(Problem p) {
     const bool swizzled = p.m >= kSwizzledOrderMinM;
     p.raster = swizzled ? 1 : 0;
     p.max_swizzle = swizzled ? 8 : 1;
+    p.fit_swizzle = swizzled;
   }
   return p;
 }

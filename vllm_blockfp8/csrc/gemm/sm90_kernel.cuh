@@ -66,10 +66,46 @@ constexpr int64_t kStreamKMinKBlocks = 96;
 constexpr int64_t kSplitKMinKBlocks = 56;
 constexpr int64_t kMaxSplits = 3;
 
+// Tiles of the kernel's M and N modes (weights x tokens when swapped).
+template <class Cfg>
+int64_t tiles_m(const Problem& p) {
+  return ((Cfg::kSwapAB ? p.n : p.m) + Cfg::kTileM - 1) / Cfg::kTileM;
+}
+template <class Cfg>
+int64_t tiles_n(const Problem& p) {
+  return ((Cfg::kSwapAB ? p.m : p.n) + Cfg::kTileN - 1) / Cfg::kTileN;
+}
 template <class Cfg>
 int64_t tile_count(const Problem& p) {
-  const int64_t rows = Cfg::kSwapAB ? p.n : p.m, cols = Cfg::kSwapAB ? p.m : p.n;
-  return ((rows + Cfg::kTileM - 1) / Cfg::kTileM) * ((cols + Cfg::kTileN - 1) / Cfg::kTileN);
+  return tiles_m<Cfg>(p) * tiles_n<Cfg>(p);
+}
+
+// The swizzle the launch hands CUTLASS's persistent scheduler (it may lower it further for small
+// grids; the value returned is the one it ends up using). CUTLASS rounds BOTH tile modes up to a
+// multiple of swizzle x cluster and runs the padding tiles as real work (zero-filled loads,
+// clipped stores): swizzle 8 on DeepSeek-V3's 2112-wide layer (17 weight tiles -> 24) or at
+// M = 2176 (17 token tiles -> 32 with the 2x1 cluster) adds 41-88% tiles. Where p.fit_swizzle
+// (sm90.cu's default order), take the largest swizzle <= p.max_swizzle whose padded grid needs no
+// more waves of the persistent grid (SMs rounded down to whole clusters) than swizzle 1's;
+// explicit orders (benchmark switches) go to CUTLASS as given.
+template <class Cfg>
+int launch_swizzle(const Problem& p) {
+  using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Params;
+  const auto round_up = [](int64_t x, int64_t to) { return (x + to - 1) / to * to; };
+  // CUTLASS counts tiles in whole clusters.
+  const int64_t tm = round_up(tiles_m<Cfg>(p), Cfg::kClusterM), tn = round_up(tiles_n<Cfg>(p), Cfg::kClusterN);
+  const auto used = [&](int s) { return 1 << Params::get_log_swizzle_size(int(tm), int(tn), s); };
+  if (!p.fit_swizzle || tm <= 0 || tn <= 0) return used(std::max(p.max_swizzle, 1));
+  constexpr int64_t cluster = int64_t(Cfg::kClusterM) * Cfg::kClusterN;
+  const int64_t ctas = std::max(cluster, int64_t(p.sm_count) / cluster * cluster);
+  const auto waves = [&](int s) {
+    const int64_t padded = round_up(tm, int64_t(s) * Cfg::kClusterM) * round_up(tn, int64_t(s) * Cfg::kClusterN);
+    return (padded + ctas - 1) / ctas;
+  };
+  for (int s = used(p.max_swizzle); s > 1; s /= 2) {
+    if (waves(s) <= waves(1)) return s;
+  }
+  return 1;
 }
 
 template <class Cfg>
@@ -322,7 +358,7 @@ struct Gemm {
     args.scheduler.raster_order = p.raster == 1   ? RasterOptions::AlongM
                                   : p.raster == 2 ? RasterOptions::AlongN
                                                   : RasterOptions::Heuristic;
-    args.scheduler.max_swizzle_size = p.max_swizzle;
+    args.scheduler.max_swizzle_size = launch_swizzle<Cfg>(p);
     if constexpr (kStreamK) {
       using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams;
       const Decomposition d = slices > 1 ? Decomposition{} : decomposition<Cfg>(p);
@@ -388,6 +424,8 @@ cudaError_t launch_config(const Problem& p, cudaStream_t stream) {
 template <class Cfg>
 KPlan plan_config(const Problem& p) {
   KPlan plan;
+  plan.raster = p.raster < 0 ? 0 : p.raster;
+  plan.swizzle = launch_swizzle<Cfg>(p);
   plan.slices = k_slices<Cfg>(p);
   if constexpr (Cfg::kSchedule == Schedule::kCooperativeStreamK) {
     if (plan.slices == 1) {

@@ -1,0 +1,13 @@
+// Instantiates tile-table row sm90_swapab_64x64x128_pp of sm90.cu (bf16 and fp16 out): swap-AB with
+// 64-row weight tiles of 64 tokens on CUTLASS's ping-pong blockwise-FP8 kernel; see sm90_kernel.cuh.
+// sm_90a only.
+#include "sm90_kernel.cuh"
+
+namespace blockfp8::gemm::sm90 {
+
+using Row = Config<true, 64, 64, 1, 1, Schedule::kPingpong>;
+template cudaError_t launch_config<Row>(const Problem&, cudaStream_t);
+template size_t workspace_config<Row>(const Problem&);
+template KPlan plan_config<Row>(const Problem&);
+
+}  // namespace blockfp8::gemm::sm90
