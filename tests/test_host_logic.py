@@ -138,11 +138,12 @@ def test_sm90_gemm_selection_at_132_sms():
 GEMM_ORDERS_AT_132_SMS = [  # (m, n, k, order): sm90.cu's default order with sm90_kernel.cuh's swizzle fit
     (1024, 4096, 4096, "heuristic:1"),  # below M = 2048: CUTLASS's defaults
     (8192, 7168, 16384, "along_m:8"),  # 64 x 56 tiles: no padding at 8
-    (2048, 2112, 7168, "along_m:8"),  # 16 x 17 tiles -> 16 x 24: 3 waves either way
-    (4096, 2112, 7168, "along_m:4"),  # 32 x 17: 8 pads to 24 columns (6 waves, not 5); 4 to 20 (5)
-    (8192, 2112, 7168, "along_m:2"),  # 64 x 17: 9 waves; 4 -> 20 columns would take 10
-    (2176, 7168, 16384, "along_m:1"),  # 17 token tiles (18 in 2x1 clusters) would pad to 32, 24 or 20
-    (4096, 576, 7168, "along_m:4"),  # 5 weight tiles: CUTLASS itself caps the swizzle at 4; 8 columns, 2 waves
+    (6000, 6144, 4096, "along_m:8"),  # 47 token tiles, 48 in 2x1 clusters: a multiple of 16
+    (2048, 2112, 7168, "along_m:1"),  # 17 weight tiles: any swizzle pads them
+    (8192, 2112, 7168, "along_m:1"),
+    (2176, 7168, 16384, "along_m:1"),  # 17 token tiles (18 in clusters) would pad to 32, 24 or 20
+    (2560, 4096, 4096, "along_m:2"),  # 20 token tiles: whole groups of 2 clusters of 2, not of 4 or 8
+    (4096, 576, 7168, "along_m:1"),  # 5 weight tiles
 ]
 
 
@@ -150,7 +151,7 @@ GEMM_ORDERS_AT_132_SMS = [  # (m, n, k, order): sm90.cu's default order with sm9
                     reason="the SM90 GEMM is not in this build (TORCH_CUDA_ARCH_LIST without 9.0a)")
 def test_sm90_gemm_tile_order_at_132_sms():
     """The persistent tile order the selected row launches with: along M from M = 2048, the swizzle
-    lowered where CUTLASS's padding of the tile grid to it would add a wave (host logic only)."""
+    lowered until CUTLASS pads the tile grid no further than whole clusters (host logic only)."""
     got = [(m, n, k, ops.gemm_k_plan(-1, m, n, k, 132)["order"]) for m, n, k, _ in GEMM_ORDERS_AT_132_SMS]
     assert got == GEMM_ORDERS_AT_132_SMS
     assert ops.gemm_k_plan(1, 32, 4096, 4096, 132)["order"] == "heuristic:1", "swap rows keep CUTLASS's order"

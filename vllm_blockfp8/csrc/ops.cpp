@@ -91,7 +91,7 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // Benchmark switches of the SM90 GEMM, read once per process; ops.py validates them at import, so
 // nothing here throws (gemm/NOTES.md).
 // BLOCKFP8_SM90_RASTER (heuristic | along_m | along_n) and BLOCKFP8_SM90_SWIZZLE (1, 2, 4, 8)
-// replace the default persistent tile order (gemm/sm90.cu: along M / swizzle 8 from M = 2048) at
+// replace the default persistent tile order (gemm/sm90.cu: along M / swizzle <= 8 from M = 2048) at
 // every M; setting either one sets both (the other at CUTLASS's default).
 // BLOCKFP8_SM90_SPLITS (N >= 1) and BLOCKFP8_SM90_REDUCTION (nondeterministic), cooperative swap-AB rows:
 // wherever the row would not take stream-K, N K slices where N divides the K blocks (the 128x32

@@ -37,8 +37,8 @@ struct Problem {
   // Persistent tile order: raster -1 = the arch file's default for this problem (sm90.cu), 0 =
   // CUTLASS's heuristic, 1 = along M, 2 = along N; max_swizzle 1, 2, 4 or 8 (read when raster >= 0).
   // ops.cpp sets them only from BLOCKFP8_SM90_RASTER / _SWIZZLE (benchmark switches), which CUTLASS then
-  // takes as given. fit_swizzle (set by sm90.cu for its default order) lowers the swizzle until CUTLASS's
-  // padded tile grid needs no more waves than the plain one (sm90_kernel.cuh, launch_swizzle).
+  // takes as given. fit_swizzle (set by sm90.cu for its default order) lowers the swizzle until CUTLASS
+  // pads the tile grid no further than whole clusters (sm90_kernel.cuh, launch_swizzle).
   int raster = -1;
   int max_swizzle = 1;
   bool fit_swizzle = false;

@@ -84,8 +84,9 @@ const Sm90Row kRows[] = {
       "(held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, geomean 0.81; CUTLASS's split-K, which "
       "they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)"),
   make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp", 128,
-      "candidate under test (held-out set 3): M in (64, 128] where its 64-row tiles fill one wave and the row below "
-      "would not split K; fitted at 8 such points, 0.82-0.86x that row's time (gemm/NOTES.md seventh session)",
+      "M in (64, 128] where its 64-row tiles fill one wave and the row below would run K whole: twice that row's "
+      "CTAs; 0.82-0.86x its time at the 8 points the rule was fitted on, 0.81-0.87x (geomean 0.83) at 16 held-out "
+      "ones; where that row splits K the split won (up to 1.16x; gemm/NOTES.md seventh and eighth sessions)",
       &fills_one_wave_unsplit),
   make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", 128,
       "M in (64, 128]: one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% on 6 of 8 shapes); "
@@ -96,6 +97,11 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
       "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
+  // Forced-only candidate (after the unbounded row: never selected).
+  make_row<Config<false, 64, 128, 2, 1, Schedule::kPingpong, Consumer::kOverlap>>("sm90_pp_64x128x128_c2x1_ovl", kUnboundedM,
+      "candidate (forced only, against sm90_coop_128x128x128_c2x1_ovl): ping-pong 64-token tiles on our consumer "
+      "loop, one warpgroup's epilogue and tile change under the other's mainloop, for short K at prefill; "
+      "gemm/NOTES.md eighth session"),
 };
 // clang-format on
 
@@ -129,10 +135,10 @@ const char* rejects_any(const Problem& p) {
 // Default persistent tile order (Problem::raster == -1): along M with swizzle up to 8 from M = 2048
 // up, where it was measured on the H200 (NOTES.md, "Tile order measured": 7168x16384 at M = 2048 /
 // 4096 / 8192 took 560 / 846 / 1987 us to 452 / 786 / 1574, the Qwen3-8B shapes moved within the
-// noise, and the GPU GEMM tests passed under it on ragged tile grids), lowered per problem where
-// CUTLASS's padding of the grid to the swizzle would add a wave (fit_swizzle; the rule is
-// sm90_kernel.cuh's launch_swizzle); CUTLASS's defaults (heuristic order, swizzle 1) below, where no
-// measurement covers it. Only the unbounded rows see M >= 2048. Resolved in one place so the
+// noise, and the GPU GEMM tests passed under it on ragged tile grids), lowered per problem until
+// CUTLASS pads the tile grid no further than whole clusters (fit_swizzle; sm90_kernel.cuh's
+// launch_swizzle: its padding tiles cost 1.4-2.1x at 14 ragged points, gemm/NOTES.md eighth
+// session); CUTLASS's defaults (heuristic order, swizzle 1) below, where no measurement covers it. Only the unbounded rows see M >= 2048. Resolved in one place so the
 // workspace size and the launch agree.
 constexpr int64_t kSwizzledOrderMinM = 2048;
 

@@ -82,12 +82,13 @@ int64_t tile_count(const Problem& p) {
 
 // The swizzle the launch hands CUTLASS's persistent scheduler (it may lower it further for small
 // grids; the value returned is the one it ends up using). CUTLASS rounds BOTH tile modes up to a
-// multiple of swizzle x cluster and runs the padding tiles as real work (zero-filled loads,
+// multiple of swizzle x cluster and hands the padding tiles out as work (zero-filled loads,
 // clipped stores): swizzle 8 on DeepSeek-V3's 2112-wide layer (17 weight tiles -> 24) or at
-// M = 2176 (17 token tiles -> 32 with the 2x1 cluster) adds 41-88% tiles. Where p.fit_swizzle
-// (sm90.cu's default order), take the largest swizzle <= p.max_swizzle whose padded grid needs no
-// more waves of the persistent grid (SMs rounded down to whole clusters) than swizzle 1's;
-// explicit orders (benchmark switches) go to CUTLASS as given.
+// M = 2176 (17 token tiles, 18 in 2x1 clusters -> 32) runs 41-78% more tiles. Where p.fit_swizzle
+// (sm90.cu's default order), take the largest swizzle <= p.max_swizzle that pads nothing beyond
+// whole clusters. Padding that fits in the last wave is not free either: on 2112x7168 at M = 2048
+// (3 waves at every swizzle) swizzle 8 took 89.6 us, 2 63.3, 1 62.3 (gemm/NOTES.md eighth
+// session). Explicit orders (benchmark switches) go to CUTLASS as given.
 template <class Cfg>
 int launch_swizzle(const Problem& p) {
   using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Params;
@@ -96,14 +97,8 @@ int launch_swizzle(const Problem& p) {
   const int64_t tm = round_up(tiles_m<Cfg>(p), Cfg::kClusterM), tn = round_up(tiles_n<Cfg>(p), Cfg::kClusterN);
   const auto used = [&](int s) { return 1 << Params::get_log_swizzle_size(int(tm), int(tn), s); };
   if (!p.fit_swizzle || tm <= 0 || tn <= 0) return used(std::max(p.max_swizzle, 1));
-  constexpr int64_t cluster = int64_t(Cfg::kClusterM) * Cfg::kClusterN;
-  const int64_t ctas = std::max(cluster, int64_t(p.sm_count) / cluster * cluster);
-  const auto waves = [&](int s) {
-    const int64_t padded = round_up(tm, int64_t(s) * Cfg::kClusterM) * round_up(tn, int64_t(s) * Cfg::kClusterN);
-    return (padded + ctas - 1) / ctas;
-  };
   for (int s = used(p.max_swizzle); s > 1; s /= 2) {
-    if (waves(s) <= waves(1)) return s;
+    if (tm % (int64_t(s) * Cfg::kClusterM) == 0 && tn % (int64_t(s) * Cfg::kClusterN) == 0) return s;
   }
   return 1;
 }
@@ -252,8 +247,10 @@ struct Gemm {
   using LayoutSFA = std::conditional_t<kNestedSFA, decltype(block_scale_layout(0, 0, 0, 0, 0)), BuiltLayoutSFA>;
 
   // Cooperative by default: one warpgroup's per-block promotion FMAs overlap the other's wgmma
-  // (ping-pong 64x128 measured 30-60% slower at M >= 512), and only it takes stream-K. Ping-pong
-  // where a row wants 64-row weight tiles (more CTAs at small M).
+  // (ping-pong 64x128 with CUTLASS's loop measured 30-60% slower at M >= 512), and only it takes
+  // stream-K. Ping-pong where a row wants 64-row weight tiles (more CTAs at small M), or 64-row
+  // token tiles whose epilogue should run under the other warpgroup's mainloop (short K, with our
+  // consumer loop hiding each promotion under the next block's wgmma).
   static constexpr bool kStreamK = Cfg::kSchedule == Schedule::kCooperativeStreamK;
   static constexpr bool kPingpong = Cfg::kSchedule == Schedule::kPingpong;
   using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum,
