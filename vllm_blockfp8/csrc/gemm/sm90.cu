@@ -97,11 +97,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
       "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  // Forced-only candidate (after the unbounded row: never selected).
-  make_row<Config<false, 64, 128, 2, 1, Schedule::kPingpong, Consumer::kOverlap>>("sm90_pp_64x128x128_c2x1_ovl", kUnboundedM,
-      "candidate (forced only, against sm90_coop_128x128x128_c2x1_ovl): ping-pong 64-token tiles on our consumer "
-      "loop, one warpgroup's epilogue and tile change under the other's mainloop, for short K at prefill; "
-      "gemm/NOTES.md eighth session"),
 };
 // clang-format on
 

@@ -247,10 +247,9 @@ struct Gemm {
   using LayoutSFA = std::conditional_t<kNestedSFA, decltype(block_scale_layout(0, 0, 0, 0, 0)), BuiltLayoutSFA>;
 
   // Cooperative by default: one warpgroup's per-block promotion FMAs overlap the other's wgmma
-  // (ping-pong 64x128 with CUTLASS's loop measured 30-60% slower at M >= 512), and only it takes
-  // stream-K. Ping-pong where a row wants 64-row weight tiles (more CTAs at small M), or 64-row
-  // token tiles whose epilogue should run under the other warpgroup's mainloop (short K, with our
-  // consumer loop hiding each promotion under the next block's wgmma).
+  // (ping-pong 64x128 measured 30-60% slower at M >= 512 with CUTLASS's loop, 1.0-1.28x with ours
+  // except at K = 512), and only it takes stream-K. Ping-pong where a row wants 64-row weight
+  // tiles (more CTAs at small M).
   static constexpr bool kStreamK = Cfg::kSchedule == Schedule::kCooperativeStreamK;
   static constexpr bool kPingpong = Cfg::kSchedule == Schedule::kPingpong;
   using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8BlockScaledAccum,

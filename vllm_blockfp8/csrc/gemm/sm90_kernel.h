@@ -17,8 +17,7 @@ enum class Schedule {
   kCooperativeStreamK,  // stream-K capable scheduler; data-parallel or stream-K picked per problem
   kCooperative,         // data-parallel persistent scheduler; no workspace, less scheduling overhead
   kPingpong,            // persistent, each consumer warpgroup on its own tile (64 rows of the kernel's
-                        // M), one warpgroup's epilogue under the other's mainloop: swap-AB rows where
-                        // that lets weight tiles be 64 rows tall, unswapped for short K
+                        // M); swap-AB rows only, where that lets weight tiles be 64 rows tall
 };
 
 // Which consumer loop (the math warpgroups' side of the mainloop) a row runs on CUTLASS's
@@ -59,8 +58,8 @@ struct Config {
   static constexpr bool kSliceK = kSliceK_;
   static_assert(!kSliceK || kSwapAB, "K slices are written for the swap-AB operand order");
   static_assert(!kSplitK || kSchedule == Schedule::kCooperativeStreamK, "only the stream-K scheduler splits K");
-  static_assert(kSchedule != Schedule::kPingpong || (kTileM == 64 && (!kSwapAB || kConsumer == Consumer::kCutlass)),
-                "ping-pong rows: 64-row tiles; swapped ones (nested weight-scale layout) on CUTLASS's consumer loop");
+  static_assert(kSchedule != Schedule::kPingpong || (kSwapAB && kTileM == 64 && kConsumer == Consumer::kCutlass),
+                "ping-pong rows: swap-AB, 64-row weight tiles, CUTLASS's consumer loop");
   static_assert(kSchedule == Schedule::kPingpong || kTileM % 128 == 0,
                 "cooperative rows split the tile's M over two warpgroups of 64 and scale blocks of 128");
 };
