@@ -82,10 +82,13 @@ GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
     (1, 32, 7168, 2048, "data-parallel"),
     (1, 32, 24576, 1536, "data-parallel"),  # more tiles than SMs
     (1, 32, 4096, 12288, "stream-K"),  # 96 K blocks on 32 tiles
-    (3, 96, 4096, 7168, "split-K x2"),  # the 128x64 row has no slices
-    (3, 96, 2112, 7168, "split-K x3"),
+    (4, 96, 4096, 7168, "split-K x2"),  # the 128x64 row has no slices
+    (4, 96, 2112, 7168, "split-K x3"),
+    (4, 96, 4096, 4096, "data-parallel"),
+    (3, 96, 4096, 7168, "K slices x2"),  # its sliced twin replaces that split
+    (3, 96, 2112, 7168, "K slices x2"),  # 56 K blocks: 3 slices do not divide them
     (3, 96, 4096, 4096, "data-parallel"),
-    (4, 4096, 4096, 7168, "data-parallel"),
+    (5, 4096, 4096, 7168, "data-parallel"),
 ]
 
 
@@ -96,9 +99,10 @@ def test_sm90_gemm_k_plan_at_132_sms():
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
-    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(5)]
+    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(6)]
     assert names == ["sm90_swapab_64x32x128_pp", "sm90_swapab_128x32x128", "sm90_swapab_64x64x128_pp",
-                     "sm90_swapab_128x64x128_ovl", "sm90_coop_128x128x128_c2x1_ovl"]
+                     "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl",
+                     "sm90_coop_128x128x128_c2x1_ovl"]
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
     assert ops.gemm_k_plan(0, 32, 4096, 7168, 132)["plan"] == "data-parallel", "the ping-pong row never splits K"
@@ -117,7 +121,9 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (64, 6144, 4096, "sm90_swapab_128x32x128"),  # 192 tiles
     (96, 4096, 4096, "sm90_swapab_64x64x128_pp"),  # 2 x 64 tiles of 64 rows, the 128x64 row unsplit
     (128, 2048, 2048, "sm90_swapab_64x64x128_pp"),  # 2 x 32: 64 tiles
-    (96, 4096, 7168, "sm90_swapab_128x64x128_ovl"),  # that row splits K in two: the split won
+    (96, 4096, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # that row would split K in two: slices instead
+    (128, 576, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # 10 tiles: 4 slices
+    (96, 2048, 4096, "sm90_swapab_64x64x128_pp"),  # slices would fire too; the 64-row tiles come first
     (128, 4096, 12288, "sm90_swapab_128x64x128_ovl"),  # stream-K
     (128, 6144, 4096, "sm90_swapab_128x64x128_ovl"),  # 192 tiles of 64 rows: more than one wave
     (1024, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),

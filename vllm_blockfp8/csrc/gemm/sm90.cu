@@ -66,6 +66,15 @@ bool fills_one_wave_unsplit(const Problem& p) {
   return fills_one_wave<Sm90Pingpong64x64>(p) && !base.stream_k && base.splits == 1 && base.slices == 1;
 }
 
+// Selection precondition of the 128x64 row with K slices (candidate under test): where its K-slice rule
+// (sm90_kernel.cuh, k_slices) cuts K, i.e. where the 128x64 row would run CUTLASS's split-K and a slice
+// count divides the K blocks, or where slicing saves 16 blocks' walk.
+using Sm90Swap128x64Sliced =
+    Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true, true>;
+bool slices_k(const Problem& p) {
+  return sm90::plan_config<Sm90Swap128x64Sliced>(p).slices > 1;
+}
+
 // clang-format off
 // Tile table, first fitting row wins. Config<swap_ab, tile_m, tile_n, cluster_m, cluster_n, schedule
 // [, consumer loop]> in the kernel's operand order (weights x tokens when swapped). Each row is
@@ -88,6 +97,10 @@ const Sm90Row kRows[] = {
       "CTAs; 0.82-0.86x its time at the 8 points the rule was fitted on, 0.81-0.87x (geomean 0.83) at 16 held-out "
       "ones; where that row splits K the split won (up to 1.16x; gemm/NOTES.md seventh and eighth sessions)",
       &fills_one_wave_unsplit),
+  make_row<Sm90Swap128x64Sliced>("sm90_swapab_128x64x128_ovl_slicek", 128,
+      "candidate under test (gemm/NOTES.md eighth session): the row below with K slices (a batched fp32 launch and a "
+      "sum kernel) where its slice rule cuts K, mostly in place of CUTLASS's split-K",
+      &slices_k),
   make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", 128,
       "M in (64, 128]: one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% on 6 of 8 shapes); "
       "our overlapped consumer loop takes 6.1% off that (30 points, M = 96 and 128, both run orders, faster at 28); "
