@@ -6,13 +6,12 @@
 //
 // Kernels: CUTLASS cooperative (for 64-row weight tiles: ping-pong) TMA/wgmma mainloop with
 // blockwise scaling (sm90_kernel.cuh); each row's two instantiations (bf16 and fp16 out) live in
-// sm90_<row name>.cu: sm90_swapab_64x32x128_pp.cu, sm90_swapab_128x32x128.cu, sm90_swapab_64x64x128_pp.cu,
-// sm90_swapab_128x64x128_ovl.cu and sm90_coop_128x128x128_c2x1_ovl.cu (the `_ovl` rows run our own
-// consumer loop on that collective: sm90_overlap_mainloop.cuh). A row may carry a selection
-// precondition (the 64-row rows: their tiles fill one wave); forcing a row ignores it. Where their
-// tiles leave SMs idle the cooperative swap rows split K: the 128x32 row into K slices run as one
-// batched launch plus a sum kernel (where that saves more than it costs), else, like the 128x64
-// row, CUTLASS's split-K at K >= 7168.
+// sm90_<row name>.cu, one file per row of the table below (the `_ovl` rows run our own consumer loop
+// on that collective: sm90_overlap_mainloop.cuh). A row may carry a selection precondition (the
+// 64-row rows: their tiles fill one wave; the `_slicek` row: its slices fire); forcing a row ignores
+// it. Where their tiles leave SMs idle the cooperative swap rows split K: the 128x32 row and the
+// 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel (where that saves
+// more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -66,9 +65,10 @@ bool fills_one_wave_unsplit(const Problem& p) {
   return fills_one_wave<Sm90Pingpong64x64>(p) && !base.stream_k && base.splits == 1 && base.slices == 1;
 }
 
-// Selection precondition of the 128x64 row with K slices (candidate under test): where its K-slice rule
-// (sm90_kernel.cuh, k_slices) cuts K, i.e. where the 128x64 row would run CUTLASS's split-K and a slice
-// count divides the K blocks, or where slicing saves 16 blocks' walk.
+// Selection precondition of the 128x64 row with K slices: where its K-slice rule (sm90_kernel.cuh,
+// k_slices) cuts K, i.e. where the 128x64 row would run CUTLASS's split-K and a slice count divides the
+// K blocks, or where slicing saves 16 blocks' walk. A row of its own so that the 64x64 row's precondition
+// keeps asking about the unsliced 128x64 row it was measured against.
 using Sm90Swap128x64Sliced =
     Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true, true>;
 bool slices_k(const Problem& p) {
@@ -98,13 +98,15 @@ const Sm90Row kRows[] = {
       "ones; where that row splits K the split won (up to 1.16x; gemm/NOTES.md seventh and eighth sessions)",
       &fills_one_wave_unsplit),
   make_row<Sm90Swap128x64Sliced>("sm90_swapab_128x64x128_ovl_slicek", 128,
-      "candidate under test (gemm/NOTES.md eighth session): the row below with K slices (a batched fp32 launch and a "
-      "sum kernel) where its slice rule cuts K, mostly in place of CUTLASS's split-K",
+      "M in (64, 128] where its K-slice rule cuts K (mostly in place of CUTLASS's split-K): the row below with its K "
+      "slices run as a batched fp32 launch plus a sum kernel; 0.67-0.96x that row's time (geomean 0.83) at all 16 "
+      "such points of the benchmark and held-out sets (gemm/NOTES.md eighth session)",
       &slices_k),
   make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", 128,
       "M in (64, 128]: one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% on 6 of 8 shapes); "
       "our overlapped consumer loop takes 6.1% off that (30 points, M = 96 and 128, both run orders, faster at 28); "
-      "split-K as the row above (0.87-0.92x on 2112x7168 and 4096x7168)"),
+      "CUTLASS's split-K at K >= 7168 where the `_slicek` row above does not take the problem (no slice count "
+      "divides the K blocks; split-K was 0.87-0.92x unsplit on 2112x7168 and 4096x7168)"),
   make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap>>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
@@ -145,8 +147,9 @@ const char* rejects_any(const Problem& p) {
 // 4096 / 8192 took 560 / 846 / 1987 us to 452 / 786 / 1574, the Qwen3-8B shapes moved within the
 // noise, and the GPU GEMM tests passed under it on ragged tile grids), lowered per problem until
 // CUTLASS pads the tile grid no further than whole clusters (fit_swizzle; sm90_kernel.cuh's
-// launch_swizzle: its padding tiles cost 1.4-2.1x at 14 ragged points, gemm/NOTES.md eighth
-// session); CUTLASS's defaults (heuristic order, swizzle 1) below, where no measurement covers it. Only the unbounded rows see M >= 2048. Resolved in one place so the
+// launch_swizzle: swizzle 8 took 1.0-2.2x the fitted swizzle's time at 14 ragged points,
+// gemm/NOTES.md eighth session); CUTLASS's defaults (heuristic order, swizzle 1) below, where no
+// measurement covers it. Only the unbounded rows see M >= 2048. Resolved in one place so the
 // workspace size and the launch agree.
 constexpr int64_t kSwizzledOrderMinM = 2048;
 

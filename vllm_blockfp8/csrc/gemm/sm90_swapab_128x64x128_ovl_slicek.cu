@@ -1,6 +1,6 @@
 // Instantiates tile-table row sm90_swapab_128x64x128_ovl_slicek of sm90.cu: the 128x64 swap-AB row on our
 // consumer loop (sm90_overlap_mainloop.cuh) with K slices: bf16 and fp16 out, CUTLASS split-K capable, and
-// the fp32-output kernel its slices run on; see sm90_kernel.cuh. Candidate under test. sm_90a only.
+// the fp32-output kernel its slices run on; see sm90_kernel.cuh. sm_90a only.
 #include "sm90_kernel.cuh"
 
 namespace blockfp8::gemm::sm90 {
