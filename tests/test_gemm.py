@@ -192,13 +192,17 @@ def test_k_block_counts(row, m, n, k, positive, out_dtype):
     _check(m, n, k, out_dtype, row, seed=7, positive=positive)
 
 
-# Rows that split K at these shapes: the 128x32 swap row (K slices, or CUTLASS split-K where no
-# slice count divides the K blocks) and the 128x64 swap row (CUTLASS split-K).
-SPLIT_K_ROWS = ["sm90_swapab_128x32x128", "sm90_swapab_128x64x128_ovl"]
+# Rows that split K at these shapes: the 128x32 swap row and the 128x64 `_slicek` row (K slices, or
+# CUTLASS split-K where no slice count divides the K blocks) and the plain 128x64 swap row (CUTLASS
+# split-K).
+SPLIT_K_ROWS = ["sm90_swapab_128x32x128", "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl"]
 SPLIT_K_PLANS = {  # (row, m, n, k): the plan sm90_kernel.cuh's rules give at 132 SMs
     ("sm90_swapab_128x32x128", 64, 2112, 7168): "K slices x2",
     ("sm90_swapab_128x32x128", 40, 4096, 7168): "K slices x2",
     ("sm90_swapab_128x32x128", 32, 2112, 7552): "split-K x3",
+    ("sm90_swapab_128x64x128_ovl_slicek", 64, 2112, 7168): "K slices x4",
+    ("sm90_swapab_128x64x128_ovl_slicek", 40, 4096, 7168): "K slices x4",
+    ("sm90_swapab_128x64x128_ovl_slicek", 32, 2112, 7552): "split-K x3",
     ("sm90_swapab_128x64x128_ovl", 64, 2112, 7168): "split-K x3",
     ("sm90_swapab_128x64x128_ovl", 40, 4096, 7168): "split-K x3",
     ("sm90_swapab_128x64x128_ovl", 32, 2112, 7552): "split-K x3",
