@@ -408,7 +408,11 @@ int64_t op_select_row(std::string family, int64_t m, int64_t n, int64_t k) {
   if (family == "gemv") return gemv::select(linear::gemv_shape(shape));
   if (family == "gemm") {
 #ifdef BLOCKFP8_HAS_SM90_GEMM
-    if (dev.cc == 90) return gemm::select(linear::gemm_shape(shape));
+    if (dev.cc == 90) {
+      gemm::Problem p = linear::gemm_shape(shape);
+      apply_sm90_switches(p);  // as run_gemm selects: the rows' preconditions read the split switch
+      return gemm::select(p);
+    }
 #endif
     return -1;
   }
@@ -460,9 +464,10 @@ std::string op_gemm_k_plan(int64_t row, int64_t m, int64_t n, int64_t k, int64_t
   if (m < 1 || n < 1 || k < 128 || k % 128 != 0 || sm_count < 1 || sm_count > 1 << 20)
     return "{\"error\": \"needs m, n, sm_count >= 1 and k a positive multiple of 128\"}";
   gemm::Problem p = linear::gemm_shape(linear::Shape{m, n, k, 90, int(sm_count)});
+  // Before select, as run_gemm does: the rows' selection preconditions read the split switch.
+  apply_sm90_switches(p);
   if (row == -1) row = gemm::select(p);
   if (row < 0) return "{\"error\": \"no row takes this shape\"}";
-  apply_sm90_switches(p);
   const gemm::KPlan plan = gemm::k_plan(int(row), p);
   const std::string what = plan.slices > 1   ? "K slices x" + std::to_string(plan.slices)
                            : plan.stream_k   ? std::string("stream-K")
