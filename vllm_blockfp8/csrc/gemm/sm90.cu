@@ -112,6 +112,10 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
       "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
+  make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>>("sm90_coop_128x128x128_c2x1_ovl_sk", kUnboundedM,
+      "candidate under test, forced only: the row above on CUTLASS's stream-K scheduler, stream-K wherever the "
+      "persistent grid's last wave is partial (2112x7168 at M = 1024: 136 tiles, 2 waves on 132 SMs; "
+      "gemm/NOTES.md ninth session)"),
 };
 // clang-format on
 

@@ -103,11 +103,28 @@ int launch_swizzle(const Problem& p) {
   return 1;
 }
 
+// Unswapped stream-K rows (candidate, forced only): CUTLASS's stream-K decomposition wherever the
+// persistent grid's last wave is partial. CUTLASS then runs all but the last full wave data-parallel
+// and spreads the rest (last full wave + tail, whole clusters) over one wave of stream-K units
+// (PersistentTileSchedulerSm90StreamKParams::get_num_sk_tiles); no partial wave: data-parallel.
+template <class Cfg>
+bool has_partial_wave(const Problem& p) {
+  const auto round_up = [](int64_t x, int64_t to) { return (x + to - 1) / to * to; };
+  const int64_t cluster = int64_t(Cfg::kClusterM) * Cfg::kClusterN;
+  const int64_t tiles = round_up(tiles_m<Cfg>(p), Cfg::kClusterM) * round_up(tiles_n<Cfg>(p), Cfg::kClusterN);
+  const int64_t wave = p.sm_count / cluster * cluster;
+  return wave > 0 && tiles % wave != 0;
+}
+
 template <class Cfg>
 Decomposition decomposition(const Problem& p) {
   const int64_t tiles = tile_count<Cfg>(p);
   const int64_t k_blocks = p.k / 128;
   Decomposition d;
+  if constexpr (!Cfg::kSwapAB) {
+    d.stream_k = has_partial_wave<Cfg>(p);
+    return d;
+  }
   if (k_blocks >= kStreamKMinKBlocks && 2 * tiles < p.sm_count) {
     d.stream_k = true;
   } else if (Cfg::kSplitK && tiles > 0) {
