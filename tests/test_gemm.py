@@ -91,34 +91,40 @@ def _check(m, n, k, out_dtype, row, *, seed=0, positive=False):
 
 
 def test_table_shape():
-    """Names unique, bounds non-decreasing up to the first unbounded row (a row that shares its
-    bound with the next one carries a selection precondition), every row has a reason; rows after
-    the first unbounded one are never selected and must say they are forced-only candidates."""
+    """Names unique, every row has a reason; the selectable rows come first with non-decreasing
+    bounds (a row that shares its bound with the next one carries a selection precondition) and
+    end with an unbounded row; forced-only candidates follow them and say so."""
     rows = ops.tile_table("gemm")
     assert rows, "the SM90 GEMM tile table is empty"
     names = [r["name"] for r in rows]
     assert len(set(names)) == len(names)
     assert all(n.startswith("sm90_") and r["reason"] for n, r in zip(names, rows))
-    bounds = [r["max_m"] for r in rows]
-    assert None in bounds, "some row must be unbounded"
-    selectable = bounds[:bounds.index(None)]
-    assert all(isinstance(b, int) for b in selectable) and selectable == sorted(selectable)
-    assert all(r["reason"].startswith("candidate (forced only") for r in rows[bounds.index(None) + 1:])
+    candidate = [r["reason"].startswith("candidate (forced only") for r in rows]
+    selectable = rows[:candidate.index(True)] if True in candidate else rows
+    assert selectable and all(candidate[len(selectable):]), "candidates come after every selectable row"
+    bounds = [float("inf") if r["max_m"] is None else r["max_m"] for r in selectable]
+    assert bounds == sorted(bounds) and bounds[-1] == float("inf"), "the last selectable row takes every M"
 
 
-@pytest.mark.parametrize("m", [1, 64, 65, 128, 129, 4096, 8192])
+# The row the table picks for 4096x4096 on 132 SMs (test_host_logic.py pins more at that SM count).
+SELECTED_4096_AT_132_SMS = {1: "sm90_swapab_64x32x128_pp", 64: "sm90_swapab_64x32x128_pp",
+                            65: "sm90_swapab_64x64x128_pp", 128: "sm90_swapab_64x64x128_pp",
+                            129: "sm90_swapab_128x64x128_ovl", 256: "sm90_swapab_128x64x128_ovl",
+                            257: "sm90_coop_128x128x128_c2x1_ovl", 4096: "sm90_coop_128x128x128_c2x1_ovl",
+                            8192: "sm90_coop_128x128x128_c2x1_ovl"}
+
+
+@pytest.mark.parametrize("m", sorted(SELECTED_4096_AT_132_SMS))
 def test_selection_follows_table(m):
-    """With no row forced, the op picks the first row whose max_m covers M and whose selection
-    precondition holds (4096x4096 on 132 SMs: the 64-row ping-pong row's 64 or 128 tiles fill
-    one wave at M <= 64); the host query answers the same for this GPU."""
-    rows = ops.tile_table("gemm")
+    """With no row forced, the op picks the row the host selection names (the first row whose
+    max_m covers M and whose selection precondition holds), always one that covers M; on 132 SMs
+    the rows of SELECTED_4096_AT_132_SMS."""
+    rows = {r["name"]: r for r in ops.tile_table("gemm")}
     got = ops.selected_row("gemm", m, 4096, 4096)
     assert got == ops.gemm_k_plan(-1, m, 4096, 4096)["row"]
-    first_covering = next(r["name"] for r in rows if r["max_m"] is None or r["max_m"] >= m)
-    if m > 64:
-        assert got == first_covering
-    elif torch.cuda.get_device_properties(0).multi_processor_count == 132:
-        assert got == "sm90_swapab_64x32x128_pp"
+    assert rows[got]["max_m"] is None or rows[got]["max_m"] >= m
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert got == SELECTED_4096_AT_132_SMS[m]
 
 
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
@@ -225,6 +231,22 @@ def test_split_k_is_reproducible(row, m, n, k):
     again = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
     assert torch.equal(first.view(torch.int16), again.view(torch.int16)), f"{row} M={m} N={n} K={k}"
     _check(m, n, k, torch.bfloat16, row, seed=11)
+
+
+@pytest.mark.parametrize("m,n,k", [(1000, 2112, 7168), (64, 2112, 7168), (300, 256, 12288)])
+def test_stream_k_tail_is_reproducible(m, n, k):
+    """The 128x128 `_sk` row's stream-K units reduce shared tiles in a fixed order (CUTLASS's
+    deterministic reduction): the same bits twice. Plans asserted on a 132-SM GPU, as above."""
+    row = "sm90_coop_128x128x128_c2x1_ovl_sk"
+    index = [r["name"] for r in ops.tile_table("gemm")].index(row)
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert ops.gemm_k_plan(index, m, n, k)["plan"] == "stream-K"
+    a, a_scale, b, b_scale = _operands(m, n, k, seed=13)
+    first = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
+    poison_cuda_cache(m * n * 2)
+    again = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
+    assert torch.equal(first.view(torch.int16), again.view(torch.int16)), f"{row} M={m} N={n} K={k}"
+    _check(m, n, k, torch.bfloat16, row, seed=13)
 
 
 @pytest.mark.parametrize("m", (5, 300))

@@ -88,7 +88,12 @@ GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
     (3, 96, 4096, 7168, "K slices x2"),  # its sliced twin replaces that split
     (3, 96, 2112, 7168, "K slices x2"),  # 56 K blocks: 3 slices do not divide them
     (3, 96, 4096, 4096, "data-parallel"),
-    (5, 4096, 4096, 7168, "data-parallel"),
+    (5, 1024, 2112, 7168, "stream-K"),  # 136 tiles on 132 SMs: the last wave 4 tiles full
+    (5, 1024, 7168, 16384, "stream-K"),  # 448 tiles: the last wave 52 / 132 full (<= 40%)
+    (5, 1024, 7168, 2048, "data-parallel"),  # as full, but 16 K blocks (< 48)
+    (5, 1024, 4096, 7168, "data-parallel"),  # 256 tiles: the last wave 124 / 132 full
+    (5, 300, 256, 12288, "stream-K"),  # 4 tiles (2 in clusters of 2 along M)
+    (6, 1024, 2112, 7168, "data-parallel"),  # the persistent row never splits
 ]
 
 
@@ -99,10 +104,10 @@ def test_sm90_gemm_k_plan_at_132_sms():
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
-    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(6)]
+    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(7)]
     assert names == ["sm90_swapab_64x32x128_pp", "sm90_swapab_128x32x128", "sm90_swapab_64x64x128_pp",
                      "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl",
-                     "sm90_coop_128x128x128_c2x1_ovl"]
+                     "sm90_coop_128x128x128_c2x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl"]
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
     assert ops.gemm_k_plan(0, 32, 4096, 7168, 132)["plan"] == "data-parallel", "the ping-pong row never splits K"
@@ -126,6 +131,15 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (96, 2048, 4096, "sm90_swapab_64x64x128_pp"),  # slices would fire too; the 64-row tiles come first
     (128, 4096, 12288, "sm90_swapab_128x64x128_ovl"),  # stream-K
     (128, 6144, 4096, "sm90_swapab_128x64x128_ovl"),  # 192 tiles of 64 rows: more than one wave
+    (160, 4096, 4096, "sm90_swapab_128x64x128_ovl"),  # 96 tiles: one wave above M = 128
+    (256, 4096, 4096, "sm90_swapab_128x64x128_ovl"),  # 128 tiles
+    (160, 2112, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # 51 tiles: 2 slices
+    (256, 2112, 7168, "sm90_swapab_64x64x128_pp"),  # 132 64-row tiles, the 128x64 row unsplit
+    (256, 6144, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # 192 swap tiles: two waves
+    (257, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # above the swap rows' bound
+    (200, 11008, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # last wave 40 / 132 full, but 32 K blocks
+    (1024, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl_sk"),  # last wave 4 / 132 full, 56 K blocks
+    (3000, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl_sk"),  # 408 tiles: 12 / 132
     (1024, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),
 ]
 

@@ -51,8 +51,8 @@ struct Problem {
   size_t workspace_size = 0;
 };
 
-// Rows of this arch's tile table, in selection order (selection stops at the first row unbounded in m;
-// rows after it are forced-only candidates).
+// Rows of this arch's tile table, in selection order (selection stops at the first row unbounded in m
+// that carries no selection precondition; rows after it are forced-only candidates).
 int num_rows();
 const TileRow& row(int i);
 

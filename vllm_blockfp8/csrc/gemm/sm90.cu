@@ -8,10 +8,12 @@
 // blockwise scaling (sm90_kernel.cuh); each row's two instantiations (bf16 and fp16 out) live in
 // sm90_<row name>.cu, one file per row of the table below (the `_ovl` rows run our own consumer loop
 // on that collective: sm90_overlap_mainloop.cuh). A row may carry a selection precondition (the
-// 64-row rows: their tiles fill one wave; the `_slicek` row: its slices fire); forcing a row ignores
-// it. Where their tiles leave SMs idle the cooperative swap rows split K: the 128x32 row and the
-// 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel (where that saves
-// more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
+// 64-row rows: their tiles fill one wave; the `_slicek` row: its slices fire; the 128x64 row above
+// M = 128: one wave; the `_sk` row: its stream-K rule fires); forcing a row ignores it. Where their
+// tiles leave SMs idle the cooperative swap rows split K: the 128x32 row and the 128x64 `_slicek` row
+// into K slices run as one batched launch plus a sum kernel (where that saves more than it costs),
+// else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168. The 128x128 `_sk` row runs a nearly
+// empty last wave as stream-K.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -75,6 +77,23 @@ bool slices_k(const Problem& p) {
   return sm90::plan_config<Sm90Swap128x64Sliced>(p).slices > 1;
 }
 
+// Selection precondition of the 128x64 row: any M <= 128; above (M = 129..256) only where its tiles fit
+// one wave. There it took 0.77-0.94x the 128x128 row's time at all 10 such points of the benchmark set,
+// and 1.18-1.65x where its tiles needed a second wave (gemm/NOTES.md ninth session).
+constexpr int64_t kSwapRowsOneWaveAboveM = 128;
+bool one_wave_above_128(const Problem& p) {
+  const int64_t tiles = ((p.n + Sm90Swap128x64::kTileM - 1) / Sm90Swap128x64::kTileM) *
+                        ((p.m + Sm90Swap128x64::kTileN - 1) / Sm90Swap128x64::kTileN);
+  return p.m <= kSwapRowsOneWaveAboveM || tiles <= p.sm_count;
+}
+
+// Selection precondition of the stream-K 128x128 row: its rule (sm90_kernel.cuh, tail_wave_stream_k)
+// takes stream-K for this problem; elsewhere the persistent row below runs it.
+using Sm90Coop128StreamK = Config<false, 128, 128, 2, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>;
+bool streams_tail_wave(const Problem& p) {
+  return sm90::plan_config<Sm90Coop128StreamK>(p).stream_k;
+}
+
 // clang-format off
 // Tile table, first fitting row wins. Config<swap_ab, tile_m, tile_n, cluster_m, cluster_n, schedule
 // [, consumer loop]> in the kernel's operand order (weights x tokens when swapped). Each row is
@@ -92,30 +111,35 @@ const Sm90Row kRows[] = {
       "M <= 64 on all 8 benchmark shapes); K slices where its tiles leave SMs idle "
       "(held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, geomean 0.81; CUTLASS's split-K, which "
       "they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)"),
-  make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp", 128,
-      "M in (64, 128] where its 64-row tiles fill one wave and the row below would run K whole: twice that row's "
+  make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp", 256,
+      "M in (64, 256] where its 64-row tiles fill one wave and the row below would run K whole: twice that row's "
       "CTAs; 0.82-0.86x its time at the 8 points the rule was fitted on, 0.81-0.87x (geomean 0.83) at 16 held-out "
-      "ones; where that row splits K the split won (up to 1.16x; gemm/NOTES.md seventh and eighth sessions)",
+      "ones; where that row splits K the split won (up to 1.16x; gemm/NOTES.md seventh and eighth sessions); "
+      "0.76x the 128x128 row at 2112x7168, M = 256 (ninth session)",
       &fills_one_wave_unsplit),
-  make_row<Sm90Swap128x64Sliced>("sm90_swapab_128x64x128_ovl_slicek", 128,
-      "M in (64, 128] where its K-slice rule cuts K (mostly in place of CUTLASS's split-K): the row below with its K "
+  make_row<Sm90Swap128x64Sliced>("sm90_swapab_128x64x128_ovl_slicek", 256,
+      "M in (64, 256] where its K-slice rule cuts K (mostly in place of CUTLASS's split-K): the row below with its K "
       "slices run as a batched fp32 launch plus a sum kernel; 0.67-0.96x that row's time (geomean 0.83) at all 16 "
       "such points of the benchmark and held-out sets (gemm/NOTES.md eighth session)",
       &slices_k),
-  make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", 128,
-      "M in (64, 128]: one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% on 6 of 8 shapes); "
-      "our overlapped consumer loop takes 6.1% off that (30 points, M = 96 and 128, both run orders, faster at 28); "
-      "CUTLASS's split-K at K >= 7168 where the `_slicek` row above does not take the problem (no slice count "
-      "divides the K blocks; split-K was 0.87-0.92x unsplit on 2112x7168 and 4096x7168)"),
+  make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", 256,
+      "M in (64, 128], and up to 256 where its tiles fit one wave (0.77-0.94x the 128x128 row at those 10 points of "
+      "the benchmark set, ninth session): one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% "
+      "on 6 of 8 shapes at M <= 128); our overlapped consumer loop takes 6.1% off that (30 points, M = 96 and 128, "
+      "both run orders, faster at 28); CUTLASS's split-K at K >= 7168 where the `_slicek` row above does not take "
+      "the problem (no slice count divides the K blocks; split-K was 0.87-0.92x unsplit on 2112x7168 and 4096x7168)",
+      &one_wave_above_128),
+  make_row<Sm90Coop128StreamK>("sm90_coop_128x128x128_c2x1_ovl_sk", kUnboundedM,
+      "where the row below would leave its last wave at most 40% full and K >= 48 blocks: that row on CUTLASS's "
+      "stream-K scheduler (all but the last full wave data-parallel, the rest split over one wave); 0.73-0.94x its "
+      "time at such points (2112x7168 at M = 1024, 136 tiles on 132 SMs: 0.77), 0.98-1.16x at short K and "
+      "1.03-1.50x with fuller last waves (gemm/NOTES.md ninth session)",
+      &streams_tail_wave),
   make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap>>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
-      "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M > 128 "
-      "(the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>>("sm90_coop_128x128x128_c2x1_ovl_sk", kUnboundedM,
-      "candidate under test, forced only: the row above on CUTLASS's stream-K scheduler, stream-K wherever the "
-      "persistent grid's last wave is partial (2112x7168 at M = 1024: 136 tiles, 2 waves on 132 SMs; "
-      "gemm/NOTES.md ninth session)"),
+      "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
+      "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
 };
 // clang-format on
 

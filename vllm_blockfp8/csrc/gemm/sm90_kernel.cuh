@@ -22,6 +22,9 @@
 // their scales, strided views, no copies) into s fp32 partial outputs in the workspace, and a
 // second kernel sums them in slice order and converts: the split without CUTLASS's stream-K fixup.
 //
+// Stream-K (Schedule::kCooperativeStreamK): swap rows on few tiles with a long K; unswapped rows where
+// the last wave of the persistent grid is nearly empty (decomposition, below).
+//
 // Unsupported: k % 128 != 0, n % 8 != 0 (rejected in sm90.cu), bias, batched problems.
 #pragma once
 
@@ -103,17 +106,24 @@ int launch_swizzle(const Problem& p) {
   return 1;
 }
 
-// Unswapped stream-K rows (candidate, forced only): CUTLASS's stream-K decomposition wherever the
-// persistent grid's last wave is partial. CUTLASS then runs all but the last full wave data-parallel
-// and spreads the rest (last full wave + tail, whole clusters) over one wave of stream-K units
-// (PersistentTileSchedulerSm90StreamKParams::get_num_sk_tiles); no partial wave: data-parallel.
+// Unswapped stream-K rows: CUTLASS's stream-K decomposition where the persistent grid's last wave
+// is at most kTailMaxFillPercent % full (whole clusters counted) and K is long. CUTLASS then runs all but the
+// last full wave data-parallel and spreads that wave plus the tail over one wave of stream-K units
+// (PersistentTileSchedulerSm90StreamKParams::get_num_sk_tiles). Measured on the H200 against the
+// persistent 128x128 row (75 points, gemm/NOTES.md ninth session): 0.73-0.94x where the last wave was
+// <= 0.42 full and K >= 48 blocks (2112x7168 at M = 1024, 136 tiles: 0.77), 0.98-1.16x at short K
+// (the fixup costs more than the tail), 1.03-1.50x with fuller last waves.
+constexpr int64_t kTailMaxFillPercent = 40;
+constexpr int64_t kTailMinKBlocks = 48;
 template <class Cfg>
-bool has_partial_wave(const Problem& p) {
+bool tail_wave_stream_k(const Problem& p) {
   const auto round_up = [](int64_t x, int64_t to) { return (x + to - 1) / to * to; };
   const int64_t cluster = int64_t(Cfg::kClusterM) * Cfg::kClusterN;
   const int64_t tiles = round_up(tiles_m<Cfg>(p), Cfg::kClusterM) * round_up(tiles_n<Cfg>(p), Cfg::kClusterN);
   const int64_t wave = p.sm_count / cluster * cluster;
-  return wave > 0 && tiles % wave != 0;
+  if (wave <= 0 || p.k / 128 < kTailMinKBlocks) return false;
+  const int64_t tail = tiles % wave;
+  return tail != 0 && tail * 100 <= wave * kTailMaxFillPercent;
 }
 
 template <class Cfg>
@@ -122,7 +132,7 @@ Decomposition decomposition(const Problem& p) {
   const int64_t k_blocks = p.k / 128;
   Decomposition d;
   if constexpr (!Cfg::kSwapAB) {
-    d.stream_k = has_partial_wave<Cfg>(p);
+    d.stream_k = tail_wave_stream_k<Cfg>(p);
     return d;
   }
   if (k_blocks >= kStreamKMinKBlocks && 2 * tiles < p.sm_count) {
