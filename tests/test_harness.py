@@ -340,6 +340,26 @@ def test_triton_gemm_matches_reference(m, n, k):
     assert rel_err(out, reference.gemm_ref(a, sa, b, bs)) < GPU_TOL
 
 
+@pytest.mark.parametrize("m", [1, 5, 64])
+def test_peer_check_separates_layout_bugs_from_quantizer_rounding(m):
+    """CPU: the peer output check passes the w8a8 reference itself and an output whose activations
+    differ from the reference quantizer's by one e4m3 code at a group's largest element (what a
+    different but correct quantizer may do), and fails the classic layout bug (each K group
+    multiplied by its neighbour's activation scale)."""
+    torch.manual_seed(m)
+    copies = peers.LazyCopies(lambda i: peers.make_operands(m, 2048, 1024, gemm_inputs=True, device="cpu"))
+    o, check = copies[0], peers.Checker(copies).linear("w8a8")
+    a, s = reference.quantize_per_token_group(o.x)
+    assert check(reference.gemm_ref(a, s, o.b, o.b_scale).to(torch.bfloat16)) is None
+    codes = a.view(torch.uint8).clone()
+    top = a.float().abs().argmax(dim=1)
+    codes[torch.arange(m), top] -= 1  # each row's largest element one e4m3 code closer to zero (0.6-0.7%)
+    neighbour = codes.view(torch.float8_e4m3fn)
+    assert check(reference.gemm_ref(neighbour, s, o.b, o.b_scale).to(torch.bfloat16)) is None
+    wrong = check(reference.gemm_ref(a, s.roll(1, dims=1), o.b, o.b_scale).to(torch.bfloat16))
+    assert wrong is not None and "relative error" in wrong
+
+
 @needs_cuda
 @pytest.mark.parametrize("name", [p.name for p in peers.GEMM_PEERS])
 @pytest.mark.parametrize("mode", ["linear", "gemm"])
