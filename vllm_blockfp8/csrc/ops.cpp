@@ -95,7 +95,8 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // every M; setting either one sets both (the other at CUTLASS's default).
 // BLOCKFP8_SM90_SPLITS (N >= 1) and BLOCKFP8_SM90_REDUCTION (nondeterministic), cooperative swap-AB rows:
 // wherever the row would not take stream-K, N K slices where N divides the K blocks (the 128x32
-// and 128x64 _slicek rows), else N CUTLASS split-K partial tiles, those added in arrival order.
+// and 128x64 _slicek rows), else N CUTLASS split-K partial tiles, those added in arrival order, as are
+// the stream-K partial tiles of every stream-K row (the swap-AB rows and the 128x128 _sk row).
 struct Sm90Switches {
   bool order_from_env = false;
   int raster = 0;

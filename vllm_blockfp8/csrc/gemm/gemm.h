@@ -42,9 +42,10 @@ struct Problem {
   int raster = -1;
   int max_swizzle = 1;
   bool fit_swizzle = false;
-  // Split-K capable rows only (Config::kSplitK), benchmark switches set by ops.cpp from BLOCKFP8_SM90_SPLITS /
-  // BLOCKFP8_SM90_REDUCTION: splits > 0 replaces the row's split rule (1 = never split; capped at the
-  // K blocks), and nondeterministic_reduction lets the partial tiles add in arrival order.
+  // Benchmark switches set by ops.cpp from BLOCKFP8_SM90_SPLITS / BLOCKFP8_SM90_REDUCTION: on split-K
+  // capable rows (Config::kSplitK) splits > 0 replaces the row's split rule (1 = never split; capped at
+  // the K blocks); on every stream-K-scheduler row nondeterministic_reduction lets the partial tiles
+  // (split-K or stream-K) add in arrival order.
   int splits = 0;
   bool nondeterministic_reduction = false;
   void* workspace = nullptr;       // >= workspace_bytes(row, problem) bytes, 16-byte aligned
