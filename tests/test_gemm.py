@@ -215,38 +215,33 @@ SPLIT_K_PLANS = {  # (row, m, n, k): the plan sm90_kernel.cuh's rules give at 13
 }
 
 
-@pytest.mark.parametrize("m,n,k", [(64, 2112, 7168), (40, 4096, 7168), (32, 2112, 7552)])
-@pytest.mark.parametrize("row", SPLIT_K_ROWS)
-def test_split_k_is_reproducible(row, m, n, k):
-    """The swap rows sum each tile's K parts in a fixed order (CUTLASS's deterministic split-K
-    reduction; the slice-sum kernel in slice order), so two runs give the same bits. The plan is
-    asserted first (on a 132-SM GPU) so that the test cannot pass without splitting."""
+def _assert_same_bits_twice(row, m, n, k, plan, seed):
+    """The K plan first (on a 132-SM GPU, so that the test cannot pass without splitting), then two
+    runs with the caches poisoned between them: the same bits, and both correct."""
     index = [r["name"] for r in ops.tile_table("gemm")].index(row)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if sms == 132:
-        assert ops.gemm_k_plan(index, m, n, k)["plan"] == SPLIT_K_PLANS[(row, m, n, k)]
-    a, a_scale, b, b_scale = _operands(m, n, k, seed=11)
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert ops.gemm_k_plan(index, m, n, k)["plan"] == plan
+    a, a_scale, b, b_scale = _operands(m, n, k, seed=seed)
     first = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
     poison_cuda_cache(m * n * 2)
     again = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
     assert torch.equal(first.view(torch.int16), again.view(torch.int16)), f"{row} M={m} N={n} K={k}"
-    _check(m, n, k, torch.bfloat16, row, seed=11)
+    _check(m, n, k, torch.bfloat16, row, seed=seed)
+
+
+@pytest.mark.parametrize("m,n,k", [(64, 2112, 7168), (40, 4096, 7168), (32, 2112, 7552)])
+@pytest.mark.parametrize("row", SPLIT_K_ROWS)
+def test_split_k_is_reproducible(row, m, n, k):
+    """The swap rows sum each tile's K parts in a fixed order (CUTLASS's deterministic split-K
+    reduction; the slice-sum kernel in slice order), so two runs give the same bits."""
+    _assert_same_bits_twice(row, m, n, k, SPLIT_K_PLANS[(row, m, n, k)], seed=11)
 
 
 @pytest.mark.parametrize("m,n,k", [(1000, 2112, 7168), (64, 2112, 7168), (300, 256, 12288)])
 def test_stream_k_tail_is_reproducible(m, n, k):
     """The 128x128 `_sk` row's stream-K units reduce shared tiles in a fixed order (CUTLASS's
-    deterministic reduction): the same bits twice. Plans asserted on a 132-SM GPU, as above."""
-    row = "sm90_coop_128x128x128_c2x1_ovl_sk"
-    index = [r["name"] for r in ops.tile_table("gemm")].index(row)
-    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
-        assert ops.gemm_k_plan(index, m, n, k)["plan"] == "stream-K"
-    a, a_scale, b, b_scale = _operands(m, n, k, seed=13)
-    first = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
-    poison_cuda_cache(m * n * 2)
-    again = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
-    assert torch.equal(first.view(torch.int16), again.view(torch.int16)), f"{row} M={m} N={n} K={k}"
-    _check(m, n, k, torch.bfloat16, row, seed=13)
+    deterministic reduction), so two runs give the same bits."""
+    _assert_same_bits_twice("sm90_coop_128x128x128_c2x1_ovl_sk", m, n, k, "stream-K", seed=13)
 
 
 @pytest.mark.parametrize("m", (5, 300))
