@@ -78,8 +78,9 @@ bool slices_k(const Problem& p) {
 }
 
 // Selection precondition of the 128x64 row: any M <= 128; above (M = 129..256) only where its tiles fit
-// one wave. There it took 0.77-0.94x the 128x128 row's time at all 10 such points of the benchmark set,
-// and 1.18-1.65x where its tiles needed a second wave (gemm/NOTES.md ninth session).
+// one wave. There it took 0.77-0.94x the 128x128 row's time at all 10 such points of the benchmark set
+// (0.86-0.95x at 27 held-out ones); where its tiles needed more waves it lost at 18 of 20 points
+// (1.15-1.65x; won at 11008x4096 and 24576x4096, M = 160; gemm/NOTES.md ninth session).
 constexpr int64_t kSwapRowsOneWaveAboveM = 128;
 bool one_wave_above_128(const Problem& p) {
   const int64_t tiles = ((p.n + Sm90Swap128x64::kTileM - 1) / Sm90Swap128x64::kTileM) *
@@ -124,7 +125,7 @@ const Sm90Row kRows[] = {
       &slices_k),
   make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", 256,
       "M in (64, 128], and up to 256 where its tiles fit one wave (0.77-0.94x the 128x128 row at those 10 points of "
-      "the benchmark set, ninth session): one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% "
+      "the benchmark set, 0.86-0.95x at 27 held-out ones; ninth session): one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% "
       "on 6 of 8 shapes at M <= 128); our overlapped consumer loop takes 6.1% off that (30 points, M = 96 and 128, "
       "both run orders, faster at 28); CUTLASS's split-K at K >= 7168 where the `_slicek` row above does not take "
       "the problem (no slice count divides the K blocks; split-K was 0.87-0.92x unsplit on 2112x7168 and 4096x7168)",
@@ -132,8 +133,8 @@ const Sm90Row kRows[] = {
   make_row<Sm90Coop128StreamK>("sm90_coop_128x128x128_c2x1_ovl_sk", kUnboundedM,
       "where the row below would leave its last wave at most 40% full and K >= 48 blocks: that row on CUTLASS's "
       "stream-K scheduler (all but the last full wave data-parallel, the rest split over one wave); 0.73-0.94x its "
-      "time at such points (2112x7168 at M = 1024, 136 tiles on 132 SMs: 0.77), 0.98-1.16x at short K and "
-      "1.03-1.50x with fuller last waves (gemm/NOTES.md ninth session)",
+      "time at 10 such points (2112x7168 at M = 1024, 136 tiles on 132 SMs: 0.77), 0.74-0.94x (geomean 0.84) at 14 "
+      "held-out ones; 0.98-1.16x at short K and 1.03-1.50x with fuller last waves (gemm/NOTES.md ninth session)",
       &streams_tail_wave),
   make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap>>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "

@@ -107,12 +107,13 @@ int launch_swizzle(const Problem& p) {
 }
 
 // Unswapped stream-K rows: CUTLASS's stream-K decomposition where the persistent grid's last wave
-// is at most kTailMaxFillPercent % full (whole clusters counted) and K is long. CUTLASS then runs all but the
-// last full wave data-parallel and spreads that wave plus the tail over one wave of stream-K units
-// (PersistentTileSchedulerSm90StreamKParams::get_num_sk_tiles). Measured on the H200 against the
-// persistent 128x128 row (75 points, gemm/NOTES.md ninth session): 0.73-0.94x where the last wave was
-// <= 0.42 full and K >= 48 blocks (2112x7168 at M = 1024, 136 tiles: 0.77), 0.98-1.16x at short K
-// (the fixup costs more than the tail), 1.03-1.50x with fuller last waves.
+// is at most kTailMaxFillPercent % full (whole clusters counted) and K is long. CUTLASS then runs
+// all but the last full wave data-parallel and spreads that wave plus the tail over one wave of
+// stream-K units (PersistentTileSchedulerSm90StreamKParams::get_num_sk_tiles). Measured on the H200
+// against the persistent 128x128 row (gemm/NOTES.md ninth session): 0.73-0.94x at the 10 fitted
+// points (2112x7168 at M = 1024, 136 tiles: 0.77), 0.74-0.94x at 14 held-out ones; 0.98-1.16x at
+// short K (the fixup costs more than the tail), 1.03-1.50x with fuller last waves; neutral
+// (0.99-1.01x) at 19-27 waves, where the tail is a twentieth of the work.
 constexpr int64_t kTailMaxFillPercent = 40;
 constexpr int64_t kTailMinKBlocks = 48;
 template <class Cfg>
