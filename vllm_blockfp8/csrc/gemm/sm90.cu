@@ -141,6 +141,13 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
+  make_row<Config<true, 64, 32, 1, 1, Schedule::kPingpong, Consumer::kOverlap>>("sm90_swapab_64x32x128_pp_ovl", kUnboundedM,
+      "candidate (forced only, compile-checked, not yet run): the 64x32 ping-pong row with our overlapped consumer "
+      "loop; a ping-pong warpgroup has the tensor pipe to itself during its mainloop, so CUTLASS's loop leaves it "
+      "idle for every block's promotion (gemm/NOTES.md ninth session)"),
+  make_row<Config<true, 64, 64, 1, 1, Schedule::kPingpong, Consumer::kOverlap>>("sm90_swapab_64x64x128_pp_ovl", kUnboundedM,
+      "candidate (forced only, compile-checked, not yet run): the 64x64 ping-pong row with our overlapped consumer "
+      "loop (gemm/NOTES.md ninth session)"),
 };
 // clang-format on
 

@@ -58,8 +58,8 @@ struct Config {
   static constexpr bool kSliceK = kSliceK_;
   static_assert(!kSliceK || kSwapAB, "K slices are written for the swap-AB operand order");
   static_assert(!kSplitK || kSchedule == Schedule::kCooperativeStreamK, "only the stream-K scheduler splits K");
-  static_assert(kSchedule != Schedule::kPingpong || (kSwapAB && kTileM == 64 && kConsumer == Consumer::kCutlass),
-                "ping-pong rows: swap-AB, 64-row weight tiles, CUTLASS's consumer loop");
+  static_assert(kSchedule != Schedule::kPingpong || (kSwapAB && kTileM == 64),
+                "ping-pong rows: swap-AB, 64-row weight tiles");
   static_assert(kSchedule == Schedule::kPingpong || kTileM % 128 == 0,
                 "cooperative rows split the tile's M over two warpgroups of 64 and scale blocks of 128");
 };

@@ -31,8 +31,8 @@
 // ScaleMsPerTile = 1); exactly one scale block per pipeline stage (ScaleGranularityK = tile K); at
 // most 64 accumulators per thread (three fragments in the 232 consumer registers). Any scheduler
 // whose kernel calls mma with k_tile_count >= 1 and advances its own pipeline state by
-// k_tile_count after mma_tail (persistent and stream-K: gemm/NOTES.md; k_tile_count <= 0 returns
-// acc = 0 without touching the pipeline).
+// k_tile_count after mma_tail (persistent, stream-K and ping-pong kernels: gemm/NOTES.md;
+// k_tile_count <= 0 returns acc = 0 without touching the pipeline).
 #pragma once
 
 #include <cuda_runtime_api.h>
