@@ -159,6 +159,18 @@ def _git_state() -> str:
     return sha + ("+dirty" if dirty else "")
 
 
+def dump_json(obj: dict, path: Path) -> None:
+    """Compact JSON, gzip-compressed for a ".json.gz" path (5x smaller): the results are committed
+    and every committed byte travels to the GPU machine, whose copy of the tree is capped."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(obj, separators=(",", ":")) + "\n"
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+
+
 @dataclass
 class Report:
     script: str
@@ -289,15 +301,7 @@ class Report:
         return dict(header=header, records=records, skipped=self.skips)
 
     def write_json(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Compact, and gzip-compressed for a ".json.gz" path (5x smaller): the results are committed
-        # and every committed byte travels to the GPU machine, whose copy of the tree is capped.
-        text = json.dumps(self.to_json(), separators=(",", ":")) + "\n"
-        if path.name.endswith(".gz"):
-            with gzip.open(path, "wt") as f:
-                f.write(text)
-        else:
-            path.write_text(text)
+        dump_json(self.to_json(), path)
 
     def plot(self, path: Path) -> str | None:
         """time/floor vs M, one subplot per (op, shape), ours and each peer as lines."""

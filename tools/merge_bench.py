@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.report import Ceilings, Record, Report  # noqa: E402
+from benchmarks.report import Ceilings, Record, Report, dump_json  # noqa: E402
 
 
 def load(path: Path) -> dict:
@@ -44,13 +44,7 @@ def main(argv=None) -> int:
     out = dict(header=dict(head, continued_by=second["header"]), records=first["records"] + added,
                skipped=[s for s in first["skipped"] if (s["op"], s["shape"], s["m"]) not in
                         {(r["op"], r["shape"], r["m"]) for r in added}] + second["skipped"])
-    text = json.dumps(out, separators=(",", ":")) + "\n"
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    if args.json.name.endswith(".gz"):
-        with gzip.open(args.json, "wt") as f:
-            f.write(text)
-    else:
-        args.json.write_text(text)
+    dump_json(out, args.json)
     why = report.plot(args.plot)
     print(f"{len(first['records'])} + {len(added)} records -> {args.json}" + (f"; {why}" if why else f", {args.plot}"))
     print("\n".join(report.geomean_lines()))

@@ -50,10 +50,15 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason,
 // walks and won at every measured point (gemm/NOTES.md seventh session).
 constexpr int64_t kOneWaveMinTiles = 64;
 using Sm90Pingpong64x32 = Config<true, 64, 32, 1, 1, Schedule::kPingpong>;
+// Tiles of a swap-AB row (weight rows x tokens); this file has no CUTLASS, so not sm90_kernel.cuh's.
+template <class Cfg>
+int64_t swap_tiles(const Problem& p) {
+  static_assert(Cfg::kSwapAB, "tiles counted in the swap-AB operand order");
+  return ((p.n + Cfg::kTileM - 1) / Cfg::kTileM) * ((p.m + Cfg::kTileN - 1) / Cfg::kTileN);
+}
 template <class Cfg>
 bool fills_one_wave(const Problem& p) {
-  static_assert(Cfg::kSwapAB, "tiles counted in the swap-AB operand order");
-  const int64_t tiles = ((p.n + Cfg::kTileM - 1) / Cfg::kTileM) * ((p.m + Cfg::kTileN - 1) / Cfg::kTileN);
+  const int64_t tiles = swap_tiles<Cfg>(p);
   return tiles >= kOneWaveMinTiles && tiles <= p.sm_count;
 }
 
@@ -83,9 +88,7 @@ bool slices_k(const Problem& p) {
 // (1.15-1.65x; won at 11008x4096 and 24576x4096, M = 160; gemm/NOTES.md ninth session).
 constexpr int64_t kSwapRowsOneWaveAboveM = 128;
 bool one_wave_above_128(const Problem& p) {
-  const int64_t tiles = ((p.n + Sm90Swap128x64::kTileM - 1) / Sm90Swap128x64::kTileM) *
-                        ((p.m + Sm90Swap128x64::kTileN - 1) / Sm90Swap128x64::kTileN);
-  return p.m <= kSwapRowsOneWaveAboveM || tiles <= p.sm_count;
+  return p.m <= kSwapRowsOneWaveAboveM || swap_tiles<Sm90Swap128x64>(p) <= p.sm_count;
 }
 
 // Selection precondition of the stream-K 128x128 row: its rule (sm90_kernel.cuh, tail_wave_stream_k)

@@ -82,6 +82,15 @@ template <class Cfg>
 int64_t tile_count(const Problem& p) {
   return tiles_m<Cfg>(p) * tiles_n<Cfg>(p);
 }
+// Tiles of each mode rounded up to whole clusters, as CUTLASS's schedulers count them.
+template <class Cfg>
+int64_t cluster_tiles_m(const Problem& p) {
+  return (tiles_m<Cfg>(p) + Cfg::kClusterM - 1) / Cfg::kClusterM * Cfg::kClusterM;
+}
+template <class Cfg>
+int64_t cluster_tiles_n(const Problem& p) {
+  return (tiles_n<Cfg>(p) + Cfg::kClusterN - 1) / Cfg::kClusterN * Cfg::kClusterN;
+}
 
 // The swizzle the launch hands CUTLASS's persistent scheduler (it may lower it further for small
 // grids; the value returned is the one it ends up using). CUTLASS rounds BOTH tile modes up to a
@@ -95,9 +104,7 @@ int64_t tile_count(const Problem& p) {
 template <class Cfg>
 int launch_swizzle(const Problem& p) {
   using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Params;
-  const auto round_up = [](int64_t x, int64_t to) { return (x + to - 1) / to * to; };
-  // CUTLASS counts tiles in whole clusters.
-  const int64_t tm = round_up(tiles_m<Cfg>(p), Cfg::kClusterM), tn = round_up(tiles_n<Cfg>(p), Cfg::kClusterN);
+  const int64_t tm = cluster_tiles_m<Cfg>(p), tn = cluster_tiles_n<Cfg>(p);
   const auto used = [&](int s) { return 1 << Params::get_log_swizzle_size(int(tm), int(tn), s); };
   if (!p.fit_swizzle || tm <= 0 || tn <= 0) return used(std::max(p.max_swizzle, 1));
   for (int s = used(p.max_swizzle); s > 1; s /= 2) {
@@ -118,9 +125,8 @@ constexpr int64_t kTailMaxFillPercent = 40;
 constexpr int64_t kTailMinKBlocks = 48;
 template <class Cfg>
 bool tail_wave_stream_k(const Problem& p) {
-  const auto round_up = [](int64_t x, int64_t to) { return (x + to - 1) / to * to; };
   const int64_t cluster = int64_t(Cfg::kClusterM) * Cfg::kClusterN;
-  const int64_t tiles = round_up(tiles_m<Cfg>(p), Cfg::kClusterM) * round_up(tiles_n<Cfg>(p), Cfg::kClusterN);
+  const int64_t tiles = cluster_tiles_m<Cfg>(p) * cluster_tiles_n<Cfg>(p);
   const int64_t wave = p.sm_count / cluster * cluster;
   if (wave <= 0 || p.k / 128 < kTailMinKBlocks) return false;
   const int64_t tail = tiles % wave;
