@@ -87,6 +87,22 @@ HELD_OUT_3 = (
     WeightShape("qwen2.5-3b.down.2048x11008", 2048, 11008),
 )
 
+# A fourth held-out set, for the "swap waves <= 128x128 waves" lead (gemm/NOTES.md tenth session):
+# layers whose 128x64 swap tiles at M = 129..192 need two waves, as the 128x128 row's do (67..88
+# weight tiles), with tensor-parallel shards named by their degree; the last two need three swap
+# waves against two (controls).
+HELD_OUT_4 = (
+    WeightShape("phi3-mini.qkv.9216x3072", 9216, 3072),
+    WeightShape("yi-34b.qkv.9216x7168", 9216, 7168),
+    WeightShape("llama3-70b.qkv.10240x8192", 10240, 8192),
+    WeightShape("qwen2.5-0.5b.gate_up.9728x896", 9728, 896),
+    WeightShape("qwen3-4b.gate_up.tp2.9728x2560", 9728, 2560),
+    WeightShape("qwen3-14b.gate_up.tp4.8704x5120", 8704, 5120),
+    WeightShape("qwen2.5-3b.gate_up.tp2.11008x2048", 11008, 2048),
+    WeightShape("gemma-7b.qkv.12288x3072", 12288, 3072),
+    WeightShape("qwen3-32b.gate_up.tp4.12800x5120", 12800, 5120),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -112,7 +128,7 @@ QUANT_M = (1, 16, 128, 1024, 2048, 4096, 8192)
 
 def by_name(name: str) -> WeightShape:
     """Look a shape up by its name across every set in this module."""
-    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + RAGGED + SMALL + (UNSUPPORTED_K,):
+    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + RAGGED + SMALL + (UNSUPPORTED_K,):
         if shape.name == name:
             return shape
     raise KeyError(f"unknown shape {name!r}")
