@@ -105,7 +105,7 @@ def test_sm90_gemm_k_plan_at_132_sms():
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
     names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(7)]
-    assert names == ["sm90_swapab_64x32x128_pp", "sm90_swapab_128x32x128", "sm90_swapab_64x64x128_pp",
+    assert names == ["sm90_swapab_64x32x128_pp_ovl", "sm90_swapab_128x32x128", "sm90_swapab_64x64x128_pp_ovl",
                      "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl",
                      "sm90_coop_128x128x128_c2x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl"]
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
@@ -118,24 +118,33 @@ def test_sm90_gemm_k_plan_at_132_sms():
 
 
 GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its selection preconditions
-    (32, 4096, 4096, "sm90_swapab_64x32x128_pp"),  # 64 tiles of 64 rows: one wave from 64 up
-    (20, 8192, 2048, "sm90_swapab_64x32x128_pp"),  # 128 tiles
-    (64, 4096, 7168, "sm90_swapab_64x32x128_pp"),  # 2 x 64 tiles
+    (32, 4096, 4096, "sm90_swapab_64x32x128_pp_ovl"),  # 64 tiles of 64 rows: one wave from 64 up
+    (20, 8192, 2048, "sm90_swapab_64x32x128_pp_ovl"),  # 128 tiles
+    (64, 4096, 7168, "sm90_swapab_64x32x128_pp_ovl"),  # 2 x 64 tiles
     (32, 2112, 7168, "sm90_swapab_128x32x128"),  # 33 tiles: the 128-row row's 4 K slices
-    (32, 11008, 4096, "sm90_swapab_128x32x128"),  # 172 tiles: more than one wave
-    (64, 6144, 4096, "sm90_swapab_128x32x128"),  # 192 tiles
-    (96, 4096, 4096, "sm90_swapab_64x64x128_pp"),  # 2 x 64 tiles of 64 rows, the 128x64 row unsplit
-    (128, 2048, 2048, "sm90_swapab_64x64x128_pp"),  # 2 x 32: 64 tiles
+    (32, 11008, 4096, "sm90_swapab_128x32x128"),  # 172 tiles: more than one wave, not two
+    (32, 16896, 4096, "sm90_swapab_128x32x128"),  # 264 tiles: two waves exactly
+    (32, 17408, 4096, "sm90_swapab_64x32x128_pp_ovl"),  # 272 tiles: past two waves at one token tile
+    (48, 24576, 1536, "sm90_swapab_128x32x128"),  # 768 tiles, but two token tiles
+    (48, 6144, 4096, "sm90_swapab_128x32x128"),  # 192 tiles, M <= 48
+    (49, 6144, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # 192 tiles: one 64-token tile per weight tile
+    (64, 6144, 4096, "sm90_swapab_64x64x128_pp_ovl"),
+    (64, 1536, 7168, "sm90_swapab_128x32x128"),  # 48 tiles of 64 rows: the 128-row row's K slices
+    (96, 4096, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # 2 x 64 tiles of 64 rows, the 128x64 row unsplit
+    (128, 2048, 2048, "sm90_swapab_64x64x128_pp_ovl"),  # 2 x 32: 64 tiles
     (96, 4096, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # that row would split K in two: slices instead
     (128, 576, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # 10 tiles: 4 slices
-    (96, 2048, 4096, "sm90_swapab_64x64x128_pp"),  # slices would fire too; the 64-row tiles come first
+    (96, 2048, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # slices would fire too; the 64-row tiles come first
     (128, 4096, 12288, "sm90_swapab_128x64x128_ovl"),  # stream-K
     (128, 6144, 4096, "sm90_swapab_128x64x128_ovl"),  # 192 tiles of 64 rows: more than one wave
     (160, 4096, 4096, "sm90_swapab_128x64x128_ovl"),  # 96 tiles: one wave above M = 128
     (256, 4096, 4096, "sm90_swapab_128x64x128_ovl"),  # 128 tiles
     (160, 2112, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # 51 tiles: 2 slices
-    (256, 2112, 7168, "sm90_swapab_64x64x128_pp"),  # 132 64-row tiles, the 128x64 row unsplit
-    (256, 6144, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # 192 swap tiles: two waves
+    (256, 2112, 7168, "sm90_swapab_64x64x128_pp_ovl"),  # 132 64-row tiles, the 128x64 row unsplit
+    (256, 6144, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # 192 swap tiles: two waves against one
+    (192, 9216, 3072, "sm90_swapab_128x64x128_ovl"),  # 216 swap tiles, 144 of 128x128: two waves each
+    (192, 12288, 3072, "sm90_coop_128x128x128_c2x1_ovl"),  # 288 swap tiles: three waves against two
+    (144, 9216, 7168, "sm90_swapab_128x64x128_ovl"),  # ahead of the stream-K row (last wave 12 / 132)
     (257, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # above the swap rows' bound
     (200, 11008, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # last wave 40 / 132 full, but 32 K blocks
     (1024, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl_sk"),  # last wave 4 / 132 full, 56 K blocks
@@ -151,7 +160,7 @@ def test_sm90_gemm_selection_at_132_sms():
     got = [(m, n, k, ops.gemm_k_plan(-1, m, n, k, 132)["row"]) for m, n, k, _ in GEMM_SELECTION_AT_132_SMS]
     assert got == GEMM_SELECTION_AT_132_SMS
     assert ops.gemm_k_plan(-1, 32, 4096, 4096, 63)["row"] == "sm90_swapab_128x32x128", "64 tiles > 63 SMs"
-    assert ops.gemm_k_plan(-1, 96, 2048, 2048, 132)["row"] == "sm90_swapab_64x64x128_pp"
+    assert ops.gemm_k_plan(-1, 96, 2048, 2048, 132)["row"] == "sm90_swapab_64x64x128_pp_ovl"
     assert ops.gemm_k_plan(-1, 96, 1984, 2048, 132)["row"] == "sm90_swapab_128x64x128_ovl", "62 tiles < 64"
 
 

@@ -103,6 +103,17 @@ HELD_OUT_4 = (
     WeightShape("qwen3-32b.gate_up.tp4.12800x5120", 12800, 5120),
 )
 
+# A fifth held-out set, for the 64x32 ping-pong row at M <= 32 past two waves (gemm/NOTES.md tenth
+# session): gate_up layers with more than 264 64-row weight tiles (N > 16896), and one with 256.
+HELD_OUT_5 = (
+    WeightShape("qwen3-4b.gate_up.19456x2560", 19456, 2560),
+    WeightShape("qwen3-14b.gate_up.34816x5120", 34816, 5120),
+    WeightShape("qwen2.5-7b.gate_up.37888x3584", 37888, 3584),
+    WeightShape("gemma2-2b.gate_up.18432x2304", 18432, 2304),
+    WeightShape("qwen3-32b.gate_up.tp2.25600x5120", 25600, 5120),
+    WeightShape("llama3.2-3b.gate_up.16384x3072", 16384, 3072),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -128,7 +139,7 @@ QUANT_M = (1, 16, 128, 1024, 2048, 4096, 8192)
 
 def by_name(name: str) -> WeightShape:
     """Look a shape up by its name across every set in this module."""
-    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + RAGGED + SMALL + (UNSUPPORTED_K,):
+    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + HELD_OUT_5 + RAGGED + SMALL + (UNSUPPORTED_K,):
         if shape.name == name:
             return shape
     raise KeyError(f"unknown shape {name!r}")

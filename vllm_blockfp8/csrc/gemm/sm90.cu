@@ -7,9 +7,10 @@
 // Kernels: CUTLASS cooperative (for 64-row weight tiles: ping-pong) TMA/wgmma mainloop with
 // blockwise scaling (sm90_kernel.cuh); each row's two instantiations (bf16 and fp16 out) live in
 // sm90_<row name>.cu, one file per row of the table below (the `_ovl` rows run our own consumer loop
-// on that collective: sm90_overlap_mainloop.cuh). A row may carry a selection precondition (the
-// 64-row rows: their tiles fill one wave; the `_slicek` row: its slices fire; the 128x64 row above
-// M = 128: one wave; the `_sk` row: its stream-K rule fires); forcing a row ignores it. Where their
+// on that collective: sm90_overlap_mainloop.cuh). A row may carry a selection precondition (mostly
+// the 64-row rows: their tiles fill one wave; the 128x32 row above M = 48: few 64-row tiles; the
+// `_slicek` row: its slices fire; the 128x64 row above M = 128: no more waves than the 128x128 row;
+// the `_sk` row: its stream-K rule fires); forcing a row ignores it. Where their
 // tiles leave SMs idle the cooperative swap rows split K: the 128x32 row and the 128x64 `_slicek` row
 // into K slices run as one batched launch plus a sum kernel (where that saves more than it costs),
 // else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168. The 128x128 `_sk` row runs a nearly
@@ -45,29 +46,62 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason,
           prefers};
 }
 
-// Selection precondition of the 64-row ping-pong row: its tiles fill one wave, from 64 tiles up.
-// Below 64, the 128-row row's K slices (4 of them on <= 24 of its tiles) gave more CTAs shorter
-// walks and won at every measured point (gemm/NOTES.md seventh session).
-constexpr int64_t kOneWaveMinTiles = 64;
-using Sm90Pingpong64x32 = Config<true, 64, 32, 1, 1, Schedule::kPingpong>;
+constexpr int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 // Tiles of a swap-AB row (weight rows x tokens); this file has no CUTLASS, so not sm90_kernel.cuh's.
 template <class Cfg>
 int64_t swap_tiles(const Problem& p) {
   static_assert(Cfg::kSwapAB, "tiles counted in the swap-AB operand order");
-  return ((p.n + Cfg::kTileM - 1) / Cfg::kTileM) * ((p.m + Cfg::kTileN - 1) / Cfg::kTileN);
+  return ceil_div(p.n, Cfg::kTileM) * ceil_div(p.m, Cfg::kTileN);
 }
+// Waves of a row's persistent grid: its tiles, in whole clusters, over the SMs that whole clusters fill.
+template <class Cfg>
+int64_t waves(const Problem& p) {
+  const int64_t cluster = int64_t(Cfg::kClusterM) * Cfg::kClusterN;
+  const int64_t tm = ceil_div(ceil_div(Cfg::kSwapAB ? p.n : p.m, Cfg::kTileM), Cfg::kClusterM) * Cfg::kClusterM;
+  const int64_t tn = ceil_div(ceil_div(Cfg::kSwapAB ? p.m : p.n, Cfg::kTileN), Cfg::kClusterN) * Cfg::kClusterN;
+  const int64_t wave = p.sm_count / cluster * cluster;
+  return wave > 0 ? ceil_div(tm * tn, wave) : std::numeric_limits<int64_t>::max();
+}
+
+// The 64-row ping-pong rows' tiles fill one wave, from 64 tiles up.
+constexpr int64_t kOneWaveMinTiles = 64;
 template <class Cfg>
 bool fills_one_wave(const Problem& p) {
   const int64_t tiles = swap_tiles<Cfg>(p);
   return tiles >= kOneWaveMinTiles && tiles <= p.sm_count;
 }
 
-// Selection precondition of the 64x64 ping-pong row (M in (64, 128]): one wave as above, and only where
+// Selection precondition of the 64x32 ping-pong row: its tiles fill one wave; or M <= 32 (one token
+// tile) and they need more than two waves, where the 128x32 row below was slower still (with our
+// consumer loop on this row, gemm/NOTES.md tenth session). Below 64 tiles, the 128-row row's K slices
+// (4 of them on <= 24 of its tiles) gave more CTAs shorter walks (seventh session).
+constexpr int64_t kOneTokenTileM = 32;
+using Sm90Pingpong64x32 = Config<true, 64, 32, 1, 1, Schedule::kPingpong, Consumer::kOverlap>;
+bool prefers_64x32(const Problem& p) {
+  return fills_one_wave<Sm90Pingpong64x32>(p) ||
+         (p.m <= kOneTokenTileM && swap_tiles<Sm90Pingpong64x32>(p) > 2 * p.sm_count);
+}
+
+// Selection precondition of the 128x32 row: M <= 48; above (M = 49..64) only where the 64x32 row's
+// tiles are fewer than one wave's worth (its K slices); where they exceed one wave the 64x64 row
+// below, one 64-token tile per weight tile, streams each weight block once instead of twice
+// (gemm/NOTES.md tenth session).
+constexpr int64_t kTwoTokenTilesFrom = 48;
+bool keeps_128x32(const Problem& p) {
+  return p.m <= kTwoTokenTilesFrom || swap_tiles<Sm90Pingpong64x32>(p) < kOneWaveMinTiles;
+}
+
+// Selection precondition of the 64x64 ping-pong row (M in (64, 256]): one wave as above, and only where
 // the 128x64 row would run each tile's K whole. Where that row splits K (CUTLASS split-K or stream-K on
 // long K) the split beat twice the tiles (gemm/NOTES.md seventh session, 20 points).
-using Sm90Pingpong64x64 = Config<true, 64, 64, 1, 1, Schedule::kPingpong>;
+// At M <= 64 the rows above leave it only the layers where the 64x32 row's tiles exceed one wave
+// (M = 49..64, keeps_128x32).
+using Sm90Pingpong64x64 = Config<true, 64, 64, 1, 1, Schedule::kPingpong, Consumer::kOverlap>;
 using Sm90Swap128x64 = Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>;
-bool fills_one_wave_unsplit(const Problem& p) {
+bool prefers_64x64(const Problem& p) {
+  if (p.m <= 64) return true;
   const KPlan base = sm90::plan_config<Sm90Swap128x64>(p);
   return fills_one_wave<Sm90Pingpong64x64>(p) && !base.stream_k && base.splits == 1 && base.slices == 1;
 }
@@ -82,13 +116,15 @@ bool slices_k(const Problem& p) {
   return sm90::plan_config<Sm90Swap128x64Sliced>(p).slices > 1;
 }
 
-// Selection precondition of the 128x64 row: any M <= 128; above (M = 129..256) only where its tiles fit
-// one wave. There it took 0.77-0.94x the 128x128 row's time at all 10 such points of the benchmark set
-// (0.86-0.95x at 27 held-out ones); where its tiles needed more waves it lost at 18 of 20 points
-// (1.15-1.65x; won at 11008x4096 and 24576x4096, M = 160; gemm/NOTES.md ninth session).
-constexpr int64_t kSwapRowsOneWaveAboveM = 128;
-bool one_wave_above_128(const Problem& p) {
-  return p.m <= kSwapRowsOneWaveAboveM || swap_tiles<Sm90Swap128x64>(p) <= p.sm_count;
+// Selection precondition of the 128x64 row: any M <= 128; above (M = 129..256) only where its tiles need
+// no more waves than the 128x128 row's. In one wave it took 0.77-0.94x that row's time at all 10 such
+// points of the benchmark set (0.86-0.95x at 27 held-out ones; ninth session); two waves against two,
+// 0.72-0.92x at 14 held-out points (tenth session); where it needed more waves it lost at 32 of 33
+// points (1.05-1.65x).
+constexpr int64_t kSwapRowsAnyWavesUpToM = 128;
+using Sm90Coop128 = Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap>;
+bool swap_waves_fit(const Problem& p) {
+  return p.m <= kSwapRowsAnyWavesUpToM || waves<Sm90Swap128x64>(p) <= waves<Sm90Coop128>(p);
 }
 
 // Selection precondition of the stream-K 128x128 row: its rule (sm90_kernel.cuh, tail_wave_stream_k)
@@ -103,54 +139,50 @@ bool streams_tail_wave(const Problem& p) {
 // [, consumer loop]> in the kernel's operand order (weights x tokens when swapped). Each row is
 // instantiated in sm90_<name>.cu. Reasons quote GEMM-only times on the H200 (NOTES.md has the tables).
 const Sm90Row kRows[] = {
-  make_row<Sm90Pingpong64x32>("sm90_swapab_64x32x128_pp", 64,
-      "64-row weight tiles, one ping-pong warpgroup each (weight scales read through a nested layout), where those "
-      "tiles fill one wave from 64 up: twice the CTAs of the row below without splitting K; 0.77-0.95x its time at "
-      "all 21 such points it was fitted on (M = 24..64), 0.74-0.99x (geomean 0.84) at 12 held-out ones; 1.04-1.26x "
-      "on fewer tiles, up to 1.2x past one wave (gemm/NOTES.md seventh session)",
-      &fills_one_wave<Sm90Pingpong64x32>),
+  make_row<Sm90Pingpong64x32>("sm90_swapab_64x32x128_pp_ovl", 64,
+      "64-row weight tiles, one ping-pong warpgroup each (weight scales read through a nested layout), our overlapped "
+      "consumer loop (0.87-1.02x CUTLASS's, geomean 0.92, at the 19 points where that row was selected; tenth "
+      "session), where those tiles fill one wave from 64 up: twice the CTAs of the row below without splitting K "
+      "(0.77-0.95x its time at 21 fitted points, 0.74-0.99x at 12 held-out ones; seventh session); and at M <= 32 "
+      "past two waves (0.85-0.92x the row below at 3 fitted points; tenth session)",
+      &prefers_64x32),
   make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>>("sm90_swapab_128x32x128", 64,
-      "M <= 64 where the 64-row row's tiles would not fill one wave: swap-AB puts tokens on the cheap wgmma N side "
-      "(32 wide); each CTA is K-block latency bound, so many small tiles win (fastest cooperative row at every "
-      "M <= 64 on all 8 benchmark shapes); K slices where its tiles leave SMs idle "
-      "(held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, geomean 0.81; CUTLASS's split-K, which "
-      "they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)"),
-  make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp", 256,
-      "M in (64, 256] where its 64-row tiles fill one wave and the row below would run K whole: twice that row's "
-      "CTAs; 0.82-0.86x its time at the 8 points the rule was fitted on, 0.81-0.87x (geomean 0.83) at 16 held-out "
-      "ones; where that row splits K the split won (up to 1.16x; gemm/NOTES.md seventh and eighth sessions); "
-      "0.76x the 128x128 row at 2112x7168, M = 256 (ninth session)",
-      &fills_one_wave_unsplit),
+      "M <= 48, and M <= 64 where the 64-row tiles are fewer than 64, when the row above does not take it: swap-AB "
+      "puts tokens on the cheap wgmma N side (32 wide); each CTA is K-block latency bound, so many small tiles win; "
+      "K slices where its tiles leave SMs idle (held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, "
+      "geomean 0.81; CUTLASS's split-K, which they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)",
+      &keeps_128x32),
+  make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp_ovl", 256,
+      "M = 49..64 where the 64x32 row's tiles exceed one wave: one 64-token tile per weight tile streams each weight "
+      "block once, not twice as the 128x32 row does (0.76-1.01x its time at 22 fitted points, geomean 0.90; tenth "
+      "session); M in (64, 256] where its 64-row tiles fill one wave and the 128x64 row would run K whole: twice that "
+      "row's CTAs (0.81-0.87x at 16 held-out points; seventh and eighth sessions); our overlapped consumer loop "
+      "(0.87-0.97x CUTLASS's where selected; tenth session)",
+      &prefers_64x64),
   make_row<Sm90Swap128x64Sliced>("sm90_swapab_128x64x128_ovl_slicek", 256,
       "M in (64, 256] where its K-slice rule cuts K (mostly in place of CUTLASS's split-K): the row below with its K "
       "slices run as a batched fp32 launch plus a sum kernel; 0.67-0.96x that row's time (geomean 0.83) at all 16 "
       "such points of the benchmark and held-out sets (gemm/NOTES.md eighth session)",
       &slices_k),
   make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", 256,
-      "M in (64, 128], and up to 256 where its tiles fit one wave (0.77-0.94x the 128x128 row at those 10 points of "
-      "the benchmark set, 0.86-0.95x at 27 held-out ones; ninth session): one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% "
+      "M in (64, 128], and up to 256 where its tiles need no more waves than the 128x128 row's (one wave: 0.77-0.94x "
+      "that row at 10 benchmark points, 0.86-0.95x at 27 held-out ones; two against two: 0.72-0.92x at 14 held-out "
+      "ones; ninth and tenth sessions): one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% "
       "on 6 of 8 shapes at M <= 128); our overlapped consumer loop takes 6.1% off that (30 points, M = 96 and 128, "
       "both run orders, faster at 28); CUTLASS's split-K at K >= 7168 where the `_slicek` row above does not take "
       "the problem (no slice count divides the K blocks; split-K was 0.87-0.92x unsplit on 2112x7168 and 4096x7168)",
-      &one_wave_above_128),
+      &swap_waves_fit),
   make_row<Sm90Coop128StreamK>("sm90_coop_128x128x128_c2x1_ovl_sk", kUnboundedM,
       "where the row below would leave its last wave at most 40% full and K >= 48 blocks: that row on CUTLASS's "
       "stream-K scheduler (all but the last full wave data-parallel, the rest split over one wave); 0.73-0.94x its "
       "time at 10 such points (2112x7168 at M = 1024, 136 tiles on 132 SMs: 0.77), 0.74-0.94x (geomean 0.84) at 14 "
       "held-out ones; 0.98-1.16x at short K and 1.03-1.50x with fuller last waves (gemm/NOTES.md ninth session)",
       &streams_tail_wave),
-  make_row<Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap>>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
+  make_row<Sm90Coop128>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_row<Config<true, 64, 32, 1, 1, Schedule::kPingpong, Consumer::kOverlap>>("sm90_swapab_64x32x128_pp_ovl", kUnboundedM,
-      "candidate (forced only, compile-checked, not yet run): the 64x32 ping-pong row with our overlapped consumer "
-      "loop; a ping-pong warpgroup has the tensor pipe to itself during its mainloop, so CUTLASS's loop leaves it "
-      "idle for every block's promotion (gemm/NOTES.md ninth session)"),
-  make_row<Config<true, 64, 64, 1, 1, Schedule::kPingpong, Consumer::kOverlap>>("sm90_swapab_64x64x128_pp_ovl", kUnboundedM,
-      "candidate (forced only, compile-checked, not yet run): the 64x64 ping-pong row with our overlapped consumer "
-      "loop (gemm/NOTES.md ninth session)"),
 };
 // clang-format on
 

@@ -1,6 +1,6 @@
-// Instantiates tile-table row sm90_swapab_64x32x128_pp_ovl of sm90.cu (bf16 and fp16 out), a forced-only
-// candidate: the 64x32 ping-pong swap-AB row with our overlapped consumer loop (sm90_overlap_mainloop.cuh)
-// in place of CUTLASS's; see sm90_kernel.cuh. sm_90a only.
+// Instantiates tile-table row sm90_swapab_64x32x128_pp_ovl of sm90.cu (bf16 and fp16 out): swap-AB with
+// 64-row weight tiles x 32 tokens on CUTLASS's ping-pong blockwise-FP8 kernel, with our overlapped consumer loop
+// (sm90_overlap_mainloop.cuh) in place of CUTLASS's; see sm90_kernel.cuh. sm_90a only.
 #include "sm90_kernel.cuh"
 
 namespace blockfp8::gemm::sm90 {
