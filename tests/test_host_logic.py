@@ -122,9 +122,8 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (20, 8192, 2048, "sm90_swapab_64x32x128_pp_ovl"),  # 128 tiles
     (64, 4096, 7168, "sm90_swapab_64x32x128_pp_ovl"),  # 2 x 64 tiles
     (32, 2112, 7168, "sm90_swapab_128x32x128"),  # 33 tiles: the 128-row row's 4 K slices
-    (32, 11008, 4096, "sm90_swapab_128x32x128"),  # 172 tiles: more than one wave, not two
-    (32, 16896, 4096, "sm90_swapab_128x32x128"),  # 264 tiles: two waves exactly
-    (32, 17408, 4096, "sm90_swapab_64x32x128_pp_ovl"),  # 272 tiles: past two waves at one token tile
+    (32, 11008, 4096, "sm90_swapab_128x32x128"),  # 172 tiles: more than one wave
+    (32, 24576, 1536, "sm90_swapab_128x32x128"),  # 384 tiles
     (48, 24576, 1536, "sm90_swapab_128x32x128"),  # 768 tiles, but two token tiles
     (48, 6144, 4096, "sm90_swapab_128x32x128"),  # 192 tiles, M <= 48
     (49, 6144, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # 192 tiles: one 64-token tile per weight tile

@@ -73,21 +73,17 @@ bool fills_one_wave(const Problem& p) {
   return tiles >= kOneWaveMinTiles && tiles <= p.sm_count;
 }
 
-// Selection precondition of the 64x32 ping-pong row: its tiles fill one wave; or M <= 32 (one token
-// tile) and they need more than two waves, where the 128x32 row below was slower still (with our
-// consumer loop on this row, gemm/NOTES.md tenth session). Below 64 tiles, the 128-row row's K slices
-// (4 of them on <= 24 of its tiles) gave more CTAs shorter walks (seventh session).
-constexpr int64_t kOneTokenTileM = 32;
+// Selection precondition of the 64x32 ping-pong row: its tiles fill one wave. Below 64 tiles, the
+// 128-row row's K slices (4 of them on <= 24 of its tiles) gave more CTAs shorter walks (seventh
+// session); past two waves at M <= 32 it won at 3 fitted points but lost on held-out layers (up to
+// 1.046x, tenth session).
 using Sm90Pingpong64x32 = Config<true, 64, 32, 1, 1, Schedule::kPingpong, Consumer::kOverlap>;
-bool prefers_64x32(const Problem& p) {
-  return fills_one_wave<Sm90Pingpong64x32>(p) ||
-         (p.m <= kOneTokenTileM && swap_tiles<Sm90Pingpong64x32>(p) > 2 * p.sm_count);
-}
 
 // Selection precondition of the 128x32 row: M <= 48; above (M = 49..64) only where the 64x32 row's
 // tiles are fewer than one wave's worth (its K slices); where they exceed one wave the 64x64 row
-// below, one 64-token tile per weight tile, streams each weight block once instead of twice
-// (gemm/NOTES.md tenth session).
+// below, one 64-token tile per weight tile, streams each weight block once instead of twice:
+// 0.83-0.95x this row's time at 27 held-out points (gemm/NOTES.md tenth session). At M = 33..48 the
+// 64-token tile is mostly padding, and it lost at 3 of 10 held-out points at M = 40 (up to 1.032x).
 constexpr int64_t kTwoTokenTilesFrom = 48;
 bool keeps_128x32(const Problem& p) {
   return p.m <= kTwoTokenTilesFrom || swap_tiles<Sm90Pingpong64x32>(p) < kOneWaveMinTiles;
@@ -143,9 +139,8 @@ const Sm90Row kRows[] = {
       "64-row weight tiles, one ping-pong warpgroup each (weight scales read through a nested layout), our overlapped "
       "consumer loop (0.87-1.02x CUTLASS's, geomean 0.92, at the 19 points where that row was selected; tenth "
       "session), where those tiles fill one wave from 64 up: twice the CTAs of the row below without splitting K "
-      "(0.77-0.95x its time at 21 fitted points, 0.74-0.99x at 12 held-out ones; seventh session); and at M <= 32 "
-      "past two waves (0.85-0.92x the row below at 3 fitted points; tenth session)",
-      &prefers_64x32),
+      "(0.77-0.95x its time at 21 fitted points, 0.74-0.99x at 12 held-out ones; seventh session)",
+      &fills_one_wave<Sm90Pingpong64x32>),
   make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>>("sm90_swapab_128x32x128", 64,
       "M <= 48, and M <= 64 where the 64-row tiles are fewer than 64, when the row above does not take it: swap-AB "
       "puts tokens on the cheap wgmma N side (32 wide); each CTA is K-block latency bound, so many small tiles win; "
@@ -154,8 +149,8 @@ const Sm90Row kRows[] = {
       &keeps_128x32),
   make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp_ovl", 256,
       "M = 49..64 where the 64x32 row's tiles exceed one wave: one 64-token tile per weight tile streams each weight "
-      "block once, not twice as the 128x32 row does (0.76-1.01x its time at 22 fitted points, geomean 0.90; tenth "
-      "session); M in (64, 256] where its 64-row tiles fill one wave and the 128x64 row would run K whole: twice that "
+      "block once, not twice as the 128x32 row does (0.76-1.01x its time at 22 fitted points, 0.83-0.95x (geomean "
+      "0.91) at 27 held-out ones; tenth session); M in (64, 256] where its 64-row tiles fill one wave and the 128x64 row would run K whole: twice that "
       "row's CTAs (0.81-0.87x at 16 held-out points; seventh and eighth sessions); our overlapped consumer loop "
       "(0.87-0.97x CUTLASS's where selected; tenth session)",
       &prefers_64x64),
