@@ -159,6 +159,21 @@ def _git_state() -> str:
     return sha + ("+dirty" if dirty else "")
 
 
+def save_png(fig, path: Path, dpi: int) -> None:
+    """A matplotlib figure as a 64-colour palette PNG: line plots lose nothing visible and the file is
+    about 4x smaller than RGBA (the results are committed and travel to the GPU machine, whose copy of
+    the tree is capped at 64 MiB with the vLLM bundle and the build wheels)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format="png")
+    buf.seek(0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.open(buf).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+
+
 def dump_json(obj: dict, path: Path) -> None:
     """Compact JSON, gzip-compressed for a ".json.gz" path (5x smaller): the results are committed
     and every committed byte travels to the GPU machine, whose copy of the tree is capped."""
@@ -346,8 +361,7 @@ class Report:
         fig.legend(list(handles.values()), list(handles), loc="lower center",
                    ncol=min(8, len(handles)), fontsize=8)
         fig.tight_layout(rect=(0, 0.7 / (3.2 * rows), 1, 1))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
+        save_png(fig, path, dpi=110)
         plt.close(fig)
         return None
 

@@ -383,3 +383,27 @@ def test_scaled_mm_block_call_matches_reference():
     o = peers.make_operands(m, n, k, gemm_inputs=True)
     run = next(p for p in peers.GEMM_PEERS if p.name == "cublaslt").build(o, "gemm")
     assert rel_err(run(), reference.gemm_ref(o.a, o.a_scale, o.b, o.b_scale)) < GPU_TOL
+
+
+def test_merge_bench_fills_missing_points_and_replaces_only_on_request():
+    """tools/merge_bench.merge: SECOND's records fill the points FIRST lacks; with replace=True they
+    also displace FIRST's at shared points (listed in header["replaced"]); merges chain their headers."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import merge_bench
+
+    def run(tag, points):
+        recs = [dict(op="gemm", impl=impl, shape=s, m=m, us=us) for s, m, us in points for impl in ("ours", "cublaslt")]
+        return dict(header=dict(run=tag), records=recs, skipped=[dict(op="gemm", shape="late", m=1, why="time")])
+
+    first = run("a", [("x", 32, 1.0), ("y", 32, 2.0)])
+    second = run("b", [("y", 32, 3.0), ("z", 64, 4.0)])
+    filled = merge_bench.merge(first, second)
+    got = {(r["shape"], r["m"], r["impl"]): r["us"] for r in filled["records"]}
+    assert got == {("x", 32, "ours"): 1.0, ("x", 32, "cublaslt"): 1.0, ("y", 32, "ours"): 2.0,
+                   ("y", 32, "cublaslt"): 2.0, ("z", 64, "ours"): 4.0, ("z", 64, "cublaslt"): 4.0}
+    assert "replaced" not in filled["header"] and filled["header"]["continued_by"] == [dict(run="b")]
+    swapped = merge_bench.merge(filled, run("c", [("x", 32, 5.0)]), replace=True)
+    got = {(r["shape"], r["m"], r["impl"]): r["us"] for r in swapped["records"]}
+    assert got[("x", 32, "ours")] == 5.0 and got[("y", 32, "ours")] == 2.0 and len(got) == 6
+    assert swapped["header"]["replaced"] == [["gemm", "x", 32]]
+    assert [h["run"] for h in swapped["header"]["continued_by"]] == ["b", "c"]

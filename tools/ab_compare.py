@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.report import geomean  # noqa: E402
+from benchmarks.report import geomean, save_png  # noqa: E402
 
 
 def forced_times(path: Path) -> tuple[dict, dict]:
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         ax.set_title("candidate vs base, geomean of both run orders per point")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(a.plot, dpi=90)
+        save_png(fig, a.plot, dpi=90)
     return 0
 
 
