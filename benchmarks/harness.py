@@ -38,7 +38,7 @@ SHAPE_SETS = {
     "deepseek_v3": shapes.DEEPSEEK_V3, "seeds": shapes.SEEDS, "ragged": shapes.RAGGED,
     "small": shapes.SMALL, "held_out": shapes.HELD_OUT,
     "held_out_2": shapes.HELD_OUT_2, "held_out_3": shapes.HELD_OUT_3,
-    "held_out_4": shapes.HELD_OUT_4, "held_out_5": shapes.HELD_OUT_5,
+    "held_out_4": shapes.HELD_OUT_4, "held_out_5": shapes.HELD_OUT_5, "held_out_6": shapes.HELD_OUT_6,
 }
 
 

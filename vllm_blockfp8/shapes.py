@@ -114,6 +114,18 @@ HELD_OUT_5 = (
     WeightShape("llama3.2-3b.gate_up.16384x3072", 16384, 3072),
 )
 
+# A sixth held-out set, for dropping the "128x64 row unsplit" clause of the 64x64 ping-pong row at
+# M = 65..128 (gemm/NOTES.md tenth session, E7): down projections whose 64-row tiles fill one wave
+# at two token tiles (64..120 of them) and whose K (>= 64 blocks) makes the 128x64 row split.
+HELD_OUT_6 = (
+    WeightShape("qwen2.5-7b.down.3584x18944", 3584, 18944),
+    WeightShape("gemma2-2b.down.2304x9216", 2304, 9216),
+    WeightShape("gemma3-4b.down.2560x10240", 2560, 10240),
+    WeightShape("llama3.2-1b.down.2048x8192", 2048, 8192),
+    WeightShape("gemma-7b.down.3072x24576", 3072, 24576),
+    WeightShape("gemma3-12b.down.3840x15360", 3840, 15360),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -139,7 +151,7 @@ QUANT_M = (1, 16, 128, 1024, 2048, 4096, 8192)
 
 def by_name(name: str) -> WeightShape:
     """Look a shape up by its name across every set in this module."""
-    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + HELD_OUT_5 + RAGGED + SMALL + (UNSUPPORTED_K,):
+    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + HELD_OUT_5 + HELD_OUT_6 + RAGGED + SMALL + (UNSUPPORTED_K,):
         if shape.name == name:
             return shape
     raise KeyError(f"unknown shape {name!r}")
