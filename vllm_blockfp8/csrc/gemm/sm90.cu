@@ -46,30 +46,14 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason,
           prefers};
 }
 
-constexpr int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-// Tiles of a swap-AB row (weight rows x tokens); this file has no CUTLASS, so not sm90_kernel.cuh's.
-template <class Cfg>
-int64_t swap_tiles(const Problem& p) {
-  static_assert(Cfg::kSwapAB, "tiles counted in the swap-AB operand order");
-  return ceil_div(p.n, Cfg::kTileM) * ceil_div(p.m, Cfg::kTileN);
-}
-// Waves of a row's persistent grid: its tiles, in whole clusters, over the SMs that whole clusters fill.
-template <class Cfg>
-int64_t waves(const Problem& p) {
-  const int64_t cluster = int64_t(Cfg::kClusterM) * Cfg::kClusterN;
-  const int64_t tm = ceil_div(ceil_div(Cfg::kSwapAB ? p.n : p.m, Cfg::kTileM), Cfg::kClusterM) * Cfg::kClusterM;
-  const int64_t tn = ceil_div(ceil_div(Cfg::kSwapAB ? p.m : p.n, Cfg::kTileN), Cfg::kClusterN) * Cfg::kClusterN;
-  const int64_t wave = p.sm_count / cluster * cluster;
-  return wave > 0 ? ceil_div(tm * tn, wave) : std::numeric_limits<int64_t>::max();
-}
+using sm90::tile_count;
+using sm90::waves;
 
 // The 64-row ping-pong rows' tiles fill one wave, from 64 tiles up.
 constexpr int64_t kOneWaveMinTiles = 64;
 template <class Cfg>
 bool fills_one_wave(const Problem& p) {
-  const int64_t tiles = swap_tiles<Cfg>(p);
+  const int64_t tiles = tile_count<Cfg>(p);
   return tiles >= kOneWaveMinTiles && tiles <= p.sm_count;
 }
 
@@ -86,7 +70,7 @@ using Sm90Pingpong64x32 = Config<true, 64, 32, 1, 1, Schedule::kPingpong, Consum
 // 64-token tile is mostly padding, and it lost at 3 of 10 held-out points at M = 40 (up to 1.032x).
 constexpr int64_t kTwoTokenTilesFrom = 48;
 bool keeps_128x32(const Problem& p) {
-  return p.m <= kTwoTokenTilesFrom || swap_tiles<Sm90Pingpong64x32>(p) < kOneWaveMinTiles;
+  return p.m <= kTwoTokenTilesFrom || tile_count<Sm90Pingpong64x32>(p) < kOneWaveMinTiles;
 }
 
 // Selection precondition of the 64x64 ping-pong row (M in (64, 256]): one wave as above, and only where
@@ -96,8 +80,9 @@ bool keeps_128x32(const Problem& p) {
 // (M = 49..64, keeps_128x32).
 using Sm90Pingpong64x64 = Config<true, 64, 64, 1, 1, Schedule::kPingpong, Consumer::kOverlap>;
 using Sm90Swap128x64 = Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>;
+constexpr int64_t kSmallRowsMaxM = 64;  // the 64x32 and 128x32 rows' bound
 bool prefers_64x64(const Problem& p) {
-  if (p.m <= 64) return true;
+  if (p.m <= kSmallRowsMaxM) return true;
   const KPlan base = sm90::plan_config<Sm90Swap128x64>(p);
   return fills_one_wave<Sm90Pingpong64x64>(p) && !base.stream_k && base.splits == 1 && base.slices == 1;
 }
@@ -135,13 +120,13 @@ bool streams_tail_wave(const Problem& p) {
 // [, consumer loop]> in the kernel's operand order (weights x tokens when swapped). Each row is
 // instantiated in sm90_<name>.cu. Reasons quote GEMM-only times on the H200 (NOTES.md has the tables).
 const Sm90Row kRows[] = {
-  make_row<Sm90Pingpong64x32>("sm90_swapab_64x32x128_pp_ovl", 64,
+  make_row<Sm90Pingpong64x32>("sm90_swapab_64x32x128_pp_ovl", kSmallRowsMaxM,
       "64-row weight tiles, one ping-pong warpgroup each (weight scales read through a nested layout), our overlapped "
       "consumer loop (0.87-1.02x CUTLASS's, geomean 0.92, at the 19 points where that row was selected; tenth "
       "session), where those tiles fill one wave from 64 up: twice the CTAs of the row below without splitting K "
       "(0.77-0.95x its time at 21 fitted points, 0.74-0.99x at 12 held-out ones; seventh session)",
       &fills_one_wave<Sm90Pingpong64x32>),
-  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>>("sm90_swapab_128x32x128", 64,
+  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>>("sm90_swapab_128x32x128", kSmallRowsMaxM,
       "M <= 48, and M <= 64 where the 64-row tiles are fewer than 64, when the row above does not take it: swap-AB "
       "puts tokens on the cheap wgmma N side (32 wide); each CTA is K-block latency bound, so many small tiles win; "
       "K slices where its tiles leave SMs idle (held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, "
@@ -150,9 +135,9 @@ const Sm90Row kRows[] = {
   make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp_ovl", 256,
       "M = 49..64 where the 64x32 row's tiles exceed one wave: one 64-token tile per weight tile streams each weight "
       "block once, not twice as the 128x32 row does (0.76-1.01x its time at 22 fitted points, 0.83-0.95x (geomean "
-      "0.91) at 27 held-out ones; tenth session); M in (64, 256] where its 64-row tiles fill one wave and the 128x64 row would run K whole: twice that "
-      "row's CTAs (0.81-0.87x at 16 held-out points; seventh and eighth sessions); our overlapped consumer loop "
-      "(0.87-0.97x CUTLASS's where selected; tenth session)",
+      "0.91) at 27 held-out ones; tenth session); M in (64, 256] where its 64-row tiles fill one wave and the "
+      "128x64 row would run K whole: twice that row's CTAs (0.81-0.87x at 16 held-out points; seventh and eighth "
+      "sessions); our overlapped consumer loop (0.87-0.97x CUTLASS's where selected; tenth session)",
       &prefers_64x64),
   make_row<Sm90Swap128x64Sliced>("sm90_swapab_128x64x128_ovl_slicek", 256,
       "M in (64, 256] where its K-slice rule cuts K (mostly in place of CUTLASS's split-K): the row below with its K "

@@ -69,28 +69,6 @@ constexpr int64_t kStreamKMinKBlocks = 96;
 constexpr int64_t kSplitKMinKBlocks = 56;
 constexpr int64_t kMaxSplits = 3;
 
-// Tiles of the kernel's M and N modes (weights x tokens when swapped).
-template <class Cfg>
-int64_t tiles_m(const Problem& p) {
-  return ((Cfg::kSwapAB ? p.n : p.m) + Cfg::kTileM - 1) / Cfg::kTileM;
-}
-template <class Cfg>
-int64_t tiles_n(const Problem& p) {
-  return ((Cfg::kSwapAB ? p.m : p.n) + Cfg::kTileN - 1) / Cfg::kTileN;
-}
-template <class Cfg>
-int64_t tile_count(const Problem& p) {
-  return tiles_m<Cfg>(p) * tiles_n<Cfg>(p);
-}
-// Tiles of each mode rounded up to whole clusters, as CUTLASS's schedulers count them.
-template <class Cfg>
-int64_t cluster_tiles_m(const Problem& p) {
-  return (tiles_m<Cfg>(p) + Cfg::kClusterM - 1) / Cfg::kClusterM * Cfg::kClusterM;
-}
-template <class Cfg>
-int64_t cluster_tiles_n(const Problem& p) {
-  return (tiles_n<Cfg>(p) + Cfg::kClusterN - 1) / Cfg::kClusterN * Cfg::kClusterN;
-}
 
 // The swizzle the launch hands CUTLASS's persistent scheduler (it may lower it further for small
 // grids; the value returned is the one it ends up using). CUTLASS rounds BOTH tile modes up to a
@@ -125,9 +103,8 @@ constexpr int64_t kTailMaxFillPercent = 40;
 constexpr int64_t kTailMinKBlocks = 48;
 template <class Cfg>
 bool tail_wave_stream_k(const Problem& p) {
-  const int64_t cluster = int64_t(Cfg::kClusterM) * Cfg::kClusterN;
   const int64_t tiles = cluster_tiles_m<Cfg>(p) * cluster_tiles_n<Cfg>(p);
-  const int64_t wave = p.sm_count / cluster * cluster;
+  const int64_t wave = cluster_wave<Cfg>(p);
   if (wave <= 0 || p.k / 128 < kTailMinKBlocks) return false;
   const int64_t tail = tiles % wave;
   return tail != 0 && tail * 100 <= wave * kTailMaxFillPercent;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include <cuda_runtime_api.h>
 
@@ -63,6 +64,43 @@ struct Config {
   static_assert(kSchedule == Schedule::kPingpong || kTileM % 128 == 0,
                 "cooperative rows split the tile's M over two warpgroups of 64 and scale blocks of 128");
 };
+
+// Tile counts of a configuration's grid (host logic shared by sm90.cu's selection preconditions and
+// sm90_kernel.cuh's K plans and tile order). Tiles of the kernel's M and N modes (weights x tokens
+// when swapped):
+template <class Cfg>
+int64_t tiles_m(const Problem& p) {
+  return ((Cfg::kSwapAB ? p.n : p.m) + Cfg::kTileM - 1) / Cfg::kTileM;
+}
+template <class Cfg>
+int64_t tiles_n(const Problem& p) {
+  return ((Cfg::kSwapAB ? p.m : p.n) + Cfg::kTileN - 1) / Cfg::kTileN;
+}
+template <class Cfg>
+int64_t tile_count(const Problem& p) {
+  return tiles_m<Cfg>(p) * tiles_n<Cfg>(p);
+}
+// Tiles of each mode rounded up to whole clusters, as CUTLASS's schedulers count them.
+template <class Cfg>
+int64_t cluster_tiles_m(const Problem& p) {
+  return (tiles_m<Cfg>(p) + Cfg::kClusterM - 1) / Cfg::kClusterM * Cfg::kClusterM;
+}
+template <class Cfg>
+int64_t cluster_tiles_n(const Problem& p) {
+  return (tiles_n<Cfg>(p) + Cfg::kClusterN - 1) / Cfg::kClusterN * Cfg::kClusterN;
+}
+// CTAs in one wave of the persistent grid: the SMs that whole clusters fill.
+template <class Cfg>
+int64_t cluster_wave(const Problem& p) {
+  const int64_t cluster = int64_t(Cfg::kClusterM) * Cfg::kClusterN;
+  return p.sm_count / cluster * cluster;
+}
+// Waves of that grid (0 without SMs).
+template <class Cfg>
+int64_t waves(const Problem& p) {
+  const int64_t wave = cluster_wave<Cfg>(p);
+  return wave > 0 ? (cluster_tiles_m<Cfg>(p) * cluster_tiles_n<Cfg>(p) + wave - 1) / wave : 0;
+}
 
 // Defined in sm90_kernel.cuh; instantiated once per configuration in its sm90_<row>.cu file
 // (the K plan is host logic, but its rules live beside the kernel they drive).
