@@ -126,6 +126,22 @@ HELD_OUT_6 = (
     WeightShape("gemma3-12b.down.3840x15360", 3840, 15360),
 )
 
+# A seventh held-out set, for the 64x32 row where its tiles need 3 waves and the 128x32 row's 2
+# (gemm/NOTES.md tenth session, E8): gate_up layers with 265..396 tiles of 64 rows at one token tile
+# (M <= 32: N = 16960..25344) or at two (M = 33..64: N = 8480..12672), and one control of each kind
+# outside the rule (4 waves against 2; 2 against 1).
+HELD_OUT_7 = (
+    WeightShape("qwen2.5-3b.gate_up.22016x2048", 22016, 2048),
+    WeightShape("llama2-7b.gate_up.22016x4096", 22016, 4096),
+    WeightShape("qwen2-1.5b.gate_up.17920x1536", 17920, 1536),
+    WeightShape("dsv2-lite.gate_up.21888x2048", 21888, 2048),
+    WeightShape("qwen2.5-14b.gate_up.27648x5120", 27648, 5120),
+    WeightShape("qwen2-7b.gate_up.tp2.9472x3584", 9472, 3584),
+    WeightShape("dsv2-lite.gate_up.tp2.10944x2048", 10944, 2048),
+    WeightShape("phi3-medium.gate_up.tp4.8960x5120", 8960, 5120),
+    WeightShape("qwen2.5-14b.qkv.7168x5120", 7168, 5120),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -151,7 +167,7 @@ QUANT_M = (1, 16, 128, 1024, 2048, 4096, 8192)
 
 def by_name(name: str) -> WeightShape:
     """Look a shape up by its name across every set in this module."""
-    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + HELD_OUT_5 + HELD_OUT_6 + RAGGED + SMALL + (UNSUPPORTED_K,):
+    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + HELD_OUT_5 + HELD_OUT_6 + HELD_OUT_7 + RAGGED + SMALL + (UNSUPPORTED_K,):
         if shape.name == name:
             return shape
     raise KeyError(f"unknown shape {name!r}")
