@@ -109,6 +109,36 @@ def test_ab_compare_cancels_run_order_and_reports_each_m(tmp_path, capsys):
         ab.main(["base", str(a)])
 
 
+def test_ab_compare_against_the_selected_row(tmp_path, capsys):
+    """Base `selected`: per point the row the table picked in that run (its forced time, else the
+    un-forced time); --only-selected keeps the points where the table picked one of the rows named."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("ab_compare", ROOT / "tools" / "ab_compare.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+
+    def run(path, selected, times):
+        recs = [{"impl": "ours", "shape": s, "m": m, "us": us, "row": row} for (s, m), (row, us) in selected.items()]
+        recs += [{"impl": f"ours@{row}", "shape": s, "m": m, "us": us} for (s, m, row), us in times.items()]
+        path.write_text(json.dumps({"header": {"git": "x"}, "records": recs}))
+        return path
+
+    # s1: the table picks "old" (forced, 10 us; its un-forced time 99 must not be used); s2 picks
+    # "other" (not forced: its un-forced 20 us is the base).
+    sel = {("s1", 64): ("old", 99.0), ("s2", 64): ("other", 20.0)}
+    times = {("s1", 64, "old"): 10.0, ("s1", 64, "cand"): 8.0, ("s2", 64, "cand"): 10.0}
+    a = run(tmp_path / "a.json", sel, times)
+    b = run(tmp_path / "b.json", sel, times)
+    assert ab.main(["selected", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert "cand / selected: 0.632 over 2 points" in text  # sqrt(0.8 * 0.5)
+    assert ab.main(["selected", str(a), str(b), "--only-selected", "old"]) == 0
+    text = capsys.readouterr().out
+    assert "cand / selected: 0.800 over 1 points" in text and "old / selected: 1.000 over 1 points" in text
+
+
 def test_ab_compare_settings_pairs_the_same_row_across_runs(tmp_path, capsys):
     """--settings: (candidate setting, base setting) runs of the same row; per point the geomean
     over the pairs of the row's time ratio, gzip-compressed runs read as well; a point missing

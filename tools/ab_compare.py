@@ -1,12 +1,16 @@
 """Candidate-vs-base time ratios from `h200_check.sh ab_gemm` runs (the numbers the rules in gemm/NOTES.md read).
 
     python tools/ab_compare.py BASE_ROW A.json B.json [A2.json B2.json ...] [--out merged.json] [--plot ratios.png]
+    python tools/ab_compare.py selected A.json B.json ... [--only-selected ROW[,ROW]]
     python tools/ab_compare.py --settings BASE_SETTING CAND1.json BASE1.json CAND2.json BASE2.json ...
 
 Each pair of JSON files is one ab_gemm spec: the same forced rows timed in two processes with the
 row order reversed. Per point (shape, M) and candidate row, the ratio is the geometric mean over
 the two runs of candidate time / BASE_ROW time, so each run's drift and its first-variant effects
-cancel between the orders. Printed: per candidate, the geomean over all points and per M, the
+cancel between the orders. BASE_ROW `selected` is, per point, the row the table selected in that
+run (the `row` of its un-forced "ours" record): that row's forced time where it was forced, else the
+"ours" time. --only-selected keeps the points where the table selected one of the rows named (a
+rule's "where the base row is selected"). Printed: per candidate, the geomean over all points and per M, the
 count of points where it is faster, the range and the worst shape. --out writes one compact JSON
 (the runs' headers and every forced-row time, enough to recompute everything printed); --plot
 draws the per-point ratios by M. --settings compares one setting of the same rows against another
@@ -28,18 +32,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.report import geomean, save_png  # noqa: E402
 
 
+SELECTED = "selected"
+
+
+def load_run(path: Path) -> dict:
+    return json.loads(gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_text())
+
+
 def forced_times(path: Path) -> tuple[dict, dict]:
-    """(header, {(shape, m, row): us}) of the forced rows (impl 'ours@ROW') of one run."""
-    data = json.loads(gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_text())
+    """(header, {(shape, m, row): us}) of the forced rows (impl 'ours@ROW') of one run, plus row
+    `selected` (module docstring) at the points where the run's table selection is known."""
+    data = load_run(path)
     times = {(r["shape"], r["m"], r["impl"].split("@", 1)[1]): r["us"]
              for r in data["records"] if "@" in r["impl"]}
+    for r in data["records"]:
+        if r["impl"] == "ours" and r.get("row"):
+            times[(r["shape"], r["m"], SELECTED)] = times.get((r["shape"], r["m"], r["row"]), r["us"])
     return data["header"], times
+
+
+def selected_rows(path: Path) -> dict:
+    """{(shape, m): the row the table selected} of one run."""
+    return {(r["shape"], r["m"]): r["row"] for r in load_run(path)["records"] if r["impl"] == "ours" and r.get("row")}
 
 
 def ratios(base: str, runs: list[dict]) -> dict[str, dict[int, list[tuple[str, float]]]]:
     """{candidate: {m: [(shape, ratio)]}} over the points every run timed for both rows."""
     out: dict[str, dict[int, list[tuple[str, float]]]] = defaultdict(lambda: defaultdict(list))
-    rows = {row for t in runs for (_, _, row) in t} - {base}
+    rows = {row for t in runs for (_, _, row) in t} - {base, SELECTED}
     points = {(s, m) for t in runs for (s, m, _) in t}
     for row in sorted(rows):
         for s, m in sorted(points):
@@ -77,12 +97,20 @@ def main(argv=None) -> int:
     ap.add_argument("--settings", action="store_true",
                     help="each pair is (candidate setting, base setting) of the same rows in two processes: "
                          "per row and point the ratio a / b, geomean over the pairs")
+    ap.add_argument("--only-selected", default="",
+                    help="comma-separated rows: keep the points where the table selected one of them")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--plot", type=Path)
     a = ap.parse_args(argv)
     if len(a.runs) % 2:
         ap.error("give the JSON files in (a, b) pairs, one pair per ab_gemm spec")
     loaded = [forced_times(p) for p in a.runs]
+    if a.only_selected:
+        keep = set(a.only_selected.split(","))
+        for p, (_, t) in zip(a.runs, loaded):
+            chosen = selected_rows(p)
+            for key in [key for key in t if chosen.get(key[:2]) not in keep]:
+                del t[key]
     table: dict = {}
     if a.settings:
         per_pair: list[dict] = []
