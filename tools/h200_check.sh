@@ -15,8 +15,10 @@
 #   bench_gemm_order GEMM only at M = 2048..8192 under each BLOCKFP8_SM90_RASTER:SWIZZLE in GEMM_ORDERS
 #   tests_gemm_order the GPU GEMM tests under each setting of GEMM_ORDERS at every M (ragged tile grids)
 #   gemv_probe   tools/gemv_read_probe.cu: the GEMV's weight-load pattern alone vs a plain stream
-#   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST" in GEMM_AB (space-separated),
-#                two processes, the row order reversed in the second (bench_gemm_ab_<ROW_A>_{a,b}.json);
+#   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST[@SHAPES]" in GEMM_AB
+#                (space-separated; SHAPES: shape sets or names, default benchmark_set), two processes,
+#                the row order reversed in the second (bench_gemm_ab_<I>_<ROW_A>_{a,b}.json, I = the
+#                spec's position); tools/ab_compare.py BASE|selected reads each pair;
 #                CAP_AB (300 s) is split evenly over the processes
 #   host_overhead tools/host_overhead.py: host vs GPU time per eager linear call (prefill chunks run
 #                outside CUDA graphs in vLLM)
@@ -129,12 +131,12 @@ for s in "$@"; do
     gemv_probe) stage gemv_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   tools/gemv_read_probe.cu -o /tmp/gemv_read_probe && /tmp/gemv_read_probe benchmarks/results/gemv_read_probe.json' ;;
     ab_gemm)  # candidate rows against the row they would replace, both run orders (gemm/NOTES.md)
-      stage ab_gemm ${CAP_AB:-300} bash -c 'set -- ${GEMM_AB:?set GEMM_AB}; n=$#; for spec in "$@"; do
-        rows=${spec%@*}; ms=${spec#*@}; rev=$(echo "$rows" | tr , "\n" | tac | paste -sd,)
+      stage ab_gemm ${CAP_AB:-300} bash -c 'set -- ${GEMM_AB:?set GEMM_AB}; n=$#; i=0; for spec in "$@"; do
+        i=$((i + 1)); IFS=@ read -r rows ms shp <<< "$spec"; rev=$(echo "$rows" | tr , "\n" | tac | paste -sd,)
         for o in a b; do r=$rows; [ $o = b ] && r=$rev
           BENCH_TIME_BUDGET_S=$(( BENCH_TIME_BUDGET_S / (2 * n) )) python3 -m benchmarks.bench_gemm --ops gemm \
-            --peers none --rows "$r" --m "$ms" --plot /dev/null --json benchmarks/results/bench_gemm_ab_${rows%%,*}_$o.json \
-            | grep -E "^geomean|^    ours"; done; done' ;;
+            --peers none --rows "$r" --m "$ms" --shapes "${shp:-benchmark_set}" --plot /dev/null \
+            --json benchmarks/results/bench_gemm_ab_${i}_${rows%%,*}_$o.json | grep -E "^geomean|^    ours"; done; done' ;;
     host_overhead) stage host_overhead 90 python3 tools/host_overhead.py --json benchmarks/results/host_overhead.json ;;
     bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none \
                        --json benchmarks/results/bench_gemm_rows.json.gz --plot benchmarks/results/bench_gemm_rows.png ;;
