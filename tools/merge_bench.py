@@ -37,15 +37,15 @@ def merge(first: dict, second: dict, *, replace: bool = False) -> dict:
     """FIRST completed by SECOND (module docstring)."""
     theirs = {point(r) for r in second["records"]}
     ours = {point(r) for r in first["records"]}
-    replaced = sorted(ours & theirs) if replace else []
-    kept = [r for r in first["records"] if point(r) not in set(replaced)]
-    added = [r for r in second["records"] if point(r) not in ours or point(r) in set(replaced)]
+    replaced = ours & theirs if replace else set()
+    kept = [r for r in first["records"] if point(r) not in replaced]
+    added = [r for r in second["records"] if point(r) not in ours or point(r) in replaced]
     done = {point(r) for r in added}
     prev = first["header"].get("continued_by")
     chain = (prev if isinstance(prev, list) else [prev] if prev else []) + [second["header"]]
     head = dict(first["header"], continued_by=chain)
     if replaced:
-        head["replaced"] = head.get("replaced", []) + [list(p) for p in replaced]
+        head["replaced"] = head.get("replaced", []) + [list(p) for p in sorted(replaced)]
     return dict(header=head, records=kept + added,
                 skipped=[s for s in first["skipped"] if point(s) not in done] + second["skipped"])
 

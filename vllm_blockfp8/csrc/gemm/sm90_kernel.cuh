@@ -69,7 +69,6 @@ constexpr int64_t kStreamKMinKBlocks = 96;
 constexpr int64_t kSplitKMinKBlocks = 56;
 constexpr int64_t kMaxSplits = 3;
 
-
 // The swizzle the launch hands CUTLASS's persistent scheduler (it may lower it further for small
 // grids; the value returned is the one it ends up using). CUTLASS rounds BOTH tile modes up to a
 // multiple of swizzle x cluster and hands the padding tiles out as work (zero-filled loads,
