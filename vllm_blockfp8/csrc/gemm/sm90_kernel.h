@@ -63,6 +63,12 @@ struct Config {
                 "ping-pong rows: swap-AB, 64-row weight tiles");
   static_assert(kSchedule == Schedule::kPingpong || kTileM % 128 == 0,
                 "cooperative rows split the tile's M over two warpgroups of 64 and scale blocks of 128");
+  // Unswapped tiles narrower than a 128-column weight block (sm90_overlap_mainloop.cuh): our loop
+  // reads their weight scales itself, one tile after another in the persistent scheduler's order.
+  static constexpr bool kNarrowWeightTiles = !kSwapAB && kTileN % 128 != 0;
+  static_assert(!kNarrowWeightTiles || (kTileN < 128 && kTileN % 8 == 0 && kConsumer == Consumer::kOverlap &&
+                                        kSchedule == Schedule::kCooperative),
+                "narrow weight tiles: N < 128, a multiple of 8, our consumer loop, the persistent scheduler");
 };
 
 // Tile counts of a configuration's grid (host logic shared by sm90.cu's selection preconditions and
