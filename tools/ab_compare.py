@@ -11,7 +11,7 @@ cancel between the orders. BASE_ROW `selected` is, per point, the row the table 
 run (the `row` of its un-forced "ours" record): that row's forced time where it was forced, else the
 "ours" time. --only-selected keeps the points where the table selected one of the rows named (a
 rule's "where the base row is selected"). Printed: per candidate, the geomean over all points and per M, the
-count of points where it is faster, the range and the worst shape. --out writes one compact JSON
+count of points where it is faster, the range and the worst shape. --out writes one compact JSON (gzip-compressed for a .json.gz name)
 (the runs' headers and every forced-row time, enough to recompute everything printed); --plot
 draws the per-point ratios by M. --settings compares one setting of the same rows against another
 (an environment switch, each setting in its own process): pairs (candidate run, base run), ideally
@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.report import geomean, save_png  # noqa: E402
+from benchmarks.report import dump_json, geomean, save_png  # noqa: E402
 
 
 SELECTED = "selected"
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
         merged = {"base": a.base, "runs": [
             {"file": p.name, "header": h, "us": [[s, m, row, round(us, 3)] for (s, m, row), us in sorted(t.items())]}
             for p, (h, t) in zip(a.runs, loaded)]}
-        a.out.write_text(json.dumps(merged, separators=(",", ":")))
+        dump_json(merged, a.out)
     if a.plot:
         import matplotlib
         matplotlib.use("Agg")
