@@ -174,6 +174,12 @@ def save_png(fig, path: Path, dpi: int) -> None:
     Image.open(buf).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
 
 
+def load_json(path: Path) -> dict:
+    """What dump_json wrote (plain or ".json.gz")."""
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.name.endswith(".gz") else raw)
+
+
 def dump_json(obj: dict, path: Path) -> None:
     """Compact JSON, gzip-compressed for a ".json.gz" path (5x smaller): the results are committed
     and every committed byte travels to the GPU machine, whose copy of the tree is capped."""

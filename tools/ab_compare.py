@@ -21,28 +21,22 @@ run in the order candidate, base, base, candidate so that drift cancels as well.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.report import dump_json, geomean, save_png  # noqa: E402
+from benchmarks.report import dump_json, geomean, load_json, save_png  # noqa: E402
 
 
 SELECTED = "selected"
 
 
-def load_run(path: Path) -> dict:
-    return json.loads(gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_text())
-
-
 def forced_times(path: Path) -> tuple[dict, dict]:
     """(header, {(shape, m, row): us}) of the forced rows (impl 'ours@ROW') of one run, plus row
     `selected` (module docstring) at the points where the run's table selection is known."""
-    data = load_run(path)
+    data = load_json(path)
     times = {(r["shape"], r["m"], r["impl"].split("@", 1)[1]): r["us"]
              for r in data["records"] if "@" in r["impl"]}
     for r in data["records"]:
@@ -53,7 +47,7 @@ def forced_times(path: Path) -> tuple[dict, dict]:
 
 def selected_rows(path: Path) -> dict:
     """{(shape, m): the row the table selected} of one run."""
-    return {(r["shape"], r["m"]): r["row"] for r in load_run(path)["records"] if r["impl"] == "ours" and r.get("row")}
+    return {(r["shape"], r["m"]): r["row"] for r in load_json(path)["records"] if r["impl"] == "ours" and r.get("row")}
 
 
 def ratios(base: str, runs: list[dict]) -> dict[str, dict[int, list[tuple[str, float]]]]:

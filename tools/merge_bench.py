@@ -14,19 +14,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.report import Ceilings, Record, Report, dump_json  # noqa: E402
-
-
-def load(path: Path) -> dict:
-    raw = path.read_bytes()
-    return json.loads(gzip.decompress(raw) if path.name.endswith(".gz") else raw)
+from benchmarks.report import Ceilings, Record, Report, dump_json, load_json  # noqa: E402
 
 
 def point(r: dict) -> tuple:
@@ -59,7 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("--replace", action="store_true",
                     help="SECOND's records replace FIRST's at the points both measured")
     args = ap.parse_args(argv)
-    out = merge(load(args.first), load(args.second), replace=args.replace)
+    out = merge(load_json(args.first), load_json(args.second), replace=args.replace)
     head = out["header"]
     report = Report(head["script"], Ceilings(**head["ceilings"]), head["replays"])
     fields = {f.name for f in dataclasses.fields(Record)}

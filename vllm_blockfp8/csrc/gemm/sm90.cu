@@ -103,6 +103,7 @@ bool slices_k(const Problem& p) {
 // 0.72-0.92x at 14 held-out points (tenth session); where it needed more waves it lost at 32 of 33
 // points (1.05-1.65x).
 constexpr int64_t kSwapRowsAnyWavesUpToM = 128;
+constexpr int64_t kSwapRowsMaxM = 256;  // the three 64-token-tile swap rows' bound
 using Sm90Coop128 = Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap>;
 bool swap_waves_fit(const Problem& p) {
   return p.m <= kSwapRowsAnyWavesUpToM || waves<Sm90Swap128x64>(p) <= waves<Sm90Coop128>(p);
@@ -132,19 +133,19 @@ const Sm90Row kRows[] = {
       "K slices where its tiles leave SMs idle (held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, "
       "geomean 0.81; CUTLASS's split-K, which they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)",
       &keeps_128x32),
-  make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp_ovl", 256,
+  make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp_ovl", kSwapRowsMaxM,
       "M = 49..64 where the 64x32 row's tiles exceed one wave: one 64-token tile per weight tile streams each weight "
       "block once, not twice as the 128x32 row does (0.76-1.01x its time at 22 fitted points, 0.83-0.95x (geomean "
       "0.91) at 27 held-out ones; tenth session); M in (64, 256] where its 64-row tiles fill one wave and the "
       "128x64 row would run K whole: twice that row's CTAs (0.81-0.87x at 16 held-out points; seventh and eighth "
       "sessions); our overlapped consumer loop (0.87-0.97x CUTLASS's where selected; tenth session)",
       &prefers_64x64),
-  make_row<Sm90Swap128x64Sliced>("sm90_swapab_128x64x128_ovl_slicek", 256,
+  make_row<Sm90Swap128x64Sliced>("sm90_swapab_128x64x128_ovl_slicek", kSwapRowsMaxM,
       "M in (64, 256] where its K-slice rule cuts K (mostly in place of CUTLASS's split-K): the row below with its K "
       "slices run as a batched fp32 launch plus a sum kernel; 0.67-0.96x that row's time (geomean 0.83) at all 16 "
       "such points of the benchmark and held-out sets (gemm/NOTES.md eighth session)",
       &slices_k),
-  make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", 256,
+  make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", kSwapRowsMaxM,
       "M in (64, 128], and up to 256 where its tiles need no more waves than the 128x128 row's (one wave: 0.77-0.94x "
       "that row at 10 benchmark points, 0.86-0.95x at 27 held-out ones; two against two: 0.72-0.92x at 14 held-out "
       "ones; ninth and tenth sessions): one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% "

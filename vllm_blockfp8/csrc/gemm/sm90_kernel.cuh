@@ -279,14 +279,13 @@ struct Gemm {
       void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD,
       EpilogueSchedule, Fusion>::CollectiveOp;
 
-  static constexpr int kNarrowRingBytes = 512;  // NarrowWeightTiles' ring (2 x 32 int32), with room to align
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       ElementAB, cute::tuple<LayoutA, BuiltLayoutSFA>, kAlignAB,
       ElementAB, cute::tuple<LayoutB, LayoutSFB>, kAlignAB,
       ElementAcc, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)) + (kNarrow ? kNarrowRingBytes : 0)>,
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)) + (kNarrow ? kNarrowTileRingBytes : 0)>,
       MainloopSchedule>::CollectiveOp;
   // The same collective with our consumer loop (Config::kConsumer); only mma/mma_tail differ, so
   // shared storage, stages, the kernel and both schedulers (persistent, stream-K with its fixup)

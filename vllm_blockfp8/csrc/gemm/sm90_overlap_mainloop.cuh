@@ -52,6 +52,7 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 
 #include "sm90_consumer_loop.cuh"
+#include "sm90_kernel.h"
 
 namespace blockfp8::gemm::sm90 {
 
@@ -68,7 +69,7 @@ struct NarrowWeightTiles : Base {
   static_assert(kTileN < 128 && kTileN % 8 == 0, "a narrow tile lies in at most two weight blocks");
   // Tiles between the producer's start of a tile and the consumers' read of its entry: the producer
   // is at most a pipeline's worth of K blocks (>= 1 per tile) ahead.
-  static constexpr int kRing = 32;
+  static constexpr int kRing = kNarrowTileRing;
   static_assert(Base::DispatchPolicy::Stages + 2 <= kRing, "ring shorter than the tiles in flight");
 
   struct TensorStorage : Base::TensorStorage {
