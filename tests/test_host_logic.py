@@ -123,7 +123,11 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (64, 4096, 7168, "sm90_swapab_64x32x128_pp_ovl"),  # 2 x 64 tiles
     (32, 2112, 7168, "sm90_swapab_128x32x128"),  # 33 tiles: the 128-row row's 4 K slices
     (32, 11008, 4096, "sm90_swapab_128x32x128"),  # 172 tiles: more than one wave
-    (32, 24576, 1536, "sm90_swapab_128x32x128"),  # 384 tiles
+    (32, 24576, 1536, "sm90_swapab_64x32x128_pp_ovl"),  # 384 tiles: 3 waves, the 128-row row's 192: 2
+    (24, 17920, 1536, "sm90_swapab_64x32x128_pp_ovl"),  # 280 tiles: 3 waves against 2
+    (56, 10944, 2048, "sm90_swapab_64x32x128_pp_ovl"),  # 342: 3 against 2, ahead of the 64x64 row
+    (40, 17920, 1536, "sm90_swapab_128x32x128"),  # 560 tiles: 5 waves against 3
+    (32, 27648, 5120, "sm90_swapab_128x32x128"),  # 432 tiles: 4 waves (three plus 36 tiles) against 2
     (48, 24576, 1536, "sm90_swapab_128x32x128"),  # 768 tiles, but two token tiles
     (48, 6144, 4096, "sm90_swapab_128x32x128"),  # 192 tiles, M <= 48
     (49, 6144, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # 192 tiles: one 64-token tile per weight tile

@@ -57,11 +57,21 @@ bool fills_one_wave(const Problem& p) {
   return tiles >= kOneWaveMinTiles && tiles <= p.sm_count;
 }
 
-// Selection precondition of the 64x32 ping-pong row: its tiles fill one wave. Below 64 tiles, the
-// 128-row row's K slices (4 of them on <= 24 of its tiles) gave more CTAs shorter walks (seventh
-// session); past two waves at M <= 32 it won at 3 fitted points but lost on held-out layers (up to
-// 1.046x, tenth session).
+// Selection precondition of the 64x32 ping-pong row: its tiles fill one wave, or, past one wave, need
+// 3 waves where the 128x32 row's need 2 (2 x waves <= 3 x waves; at the SM counts of real layers only
+// 3 against 2 meets it). Below 64 tiles, the 128-row row's K slices (4 of them on <= 24 of its tiles)
+// gave more CTAs shorter walks (seventh session). Past one wave its per-tile time is about half the
+// 128x32 row's, so the waves decide: 3 against 2 took 0.79-0.92x the 128x32 row's time at 35 fitted
+// points and 0.875-0.938x (geomean 0.908) at 17 held-out ones, also ahead of the 64x64 row at M =
+// 49..64; 2 against 1 lost (0.96-1.12x), and 400 tiles (three waves plus 4: 4 against 2) lost up to
+// 1.046x (gemm/NOTES.md tenth and eleventh sessions).
 using Sm90Pingpong64x32 = Config<true, 64, 32, 1, 1, Schedule::kPingpong, Consumer::kOverlap>;
+using Sm90Swap128x32 = Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>;
+bool prefers_64x32(const Problem& p) {
+  return fills_one_wave<Sm90Pingpong64x32>(p) ||
+         (tile_count<Sm90Pingpong64x32>(p) > p.sm_count &&
+          2 * waves<Sm90Pingpong64x32>(p) <= 3 * waves<Sm90Swap128x32>(p));
+}
 
 // Selection precondition of the 128x32 row: M <= 48; above (M = 49..64) only where the 64x32 row's
 // tiles are fewer than one wave's worth (its K slices); where they exceed one wave the 64x64 row
@@ -77,7 +87,7 @@ bool keeps_128x32(const Problem& p) {
 // the 128x64 row would run each tile's K whole. Where that row splits K (CUTLASS split-K or stream-K on
 // long K) the split beat twice the tiles (gemm/NOTES.md seventh session, 20 points).
 // At M <= 64 the rows above leave it only the layers where the 64x32 row's tiles exceed one wave
-// (M = 49..64, keeps_128x32).
+// other than at 3 waves against 2 (M = 49..64, prefers_64x32, keeps_128x32).
 using Sm90Pingpong64x64 = Config<true, 64, 64, 1, 1, Schedule::kPingpong, Consumer::kOverlap>;
 using Sm90Swap128x64 = Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>;
 constexpr int64_t kSmallRowsMaxM = 64;  // the 64x32 and 128x32 rows' bound
@@ -125,16 +135,17 @@ const Sm90Row kRows[] = {
       "64-row weight tiles, one ping-pong warpgroup each (weight scales read through a nested layout), our overlapped "
       "consumer loop (0.87-1.02x CUTLASS's, geomean 0.92, at the 19 points where that row was selected; tenth "
       "session), where those tiles fill one wave from 64 up: twice the CTAs of the row below without splitting K "
-      "(0.77-0.95x its time at 21 fitted points, 0.74-0.99x at 12 held-out ones; seventh session)",
-      &fills_one_wave<Sm90Pingpong64x32>),
-  make_row<Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>>("sm90_swapab_128x32x128", kSmallRowsMaxM,
+      "(0.77-0.95x its time at 21 fitted points, 0.74-0.99x at 12 held-out ones; seventh session); and where they "
+      "need 3 waves and the row below's 2 (0.875-0.938x the selected row at 17 held-out points; eleventh session)",
+      &prefers_64x32),
+  make_row<Sm90Swap128x32>("sm90_swapab_128x32x128", kSmallRowsMaxM,
       "M <= 48, and M <= 64 where the 64-row tiles are fewer than 64, when the row above does not take it: swap-AB "
       "puts tokens on the cheap wgmma N side (32 wide); each CTA is K-block latency bound, so many small tiles win; "
       "K slices where its tiles leave SMs idle (held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, "
       "geomean 0.81; CUTLASS's split-K, which they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)",
       &keeps_128x32),
   make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp_ovl", kSwapRowsMaxM,
-      "M = 49..64 where the 64x32 row's tiles exceed one wave: one 64-token tile per weight tile streams each weight "
+      "M = 49..64 where the 64x32 row's tiles exceed one wave (but not 3 waves against 2): one 64-token tile per weight tile streams each weight "
       "block once, not twice as the 128x32 row does (0.76-1.01x its time at 22 fitted points, 0.83-0.95x (geomean "
       "0.91) at 27 held-out ones; tenth session); M in (64, 256] where its 64-row tiles fill one wave and the "
       "128x64 row would run K whole: twice that row's CTAs (0.81-0.87x at 16 held-out points; seventh and eighth "

@@ -67,6 +67,12 @@ struct NarrowWeightTiles : Base {
   using Scale = typename Base::ElementBlockScale;
   static constexpr int kTileN = ConsumerLoopParts<Base>::kTileN;
   static_assert(kTileN < 128 && kTileN % 8 == 0, "a narrow tile lies in at most two weight blocks");
+  // CUTE picks a wgmma as wide as the tile only for the widths in its extended set (40, 48, 56, ...)
+  // when CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED is defined before the first CUTE include; otherwise
+  // 48 becomes three 16-wide and 40 / 56 five / seven 8-wide wgmmas per K slice (1.4x / 2.0x / 2.2x
+  // the selected row's time on the H200: gemm/NOTES.md).
+  static_assert(cute::size<1>(typename Base::TiledMma::AtomShape_MNK{}) == kTileN,
+                "narrow tile split into several wgmmas: define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED in its unit");
   // Tiles between the producer's start of a tile and the consumers' read of its entry: the producer
   // is at most a pipeline's worth of K blocks (>= 1 per tile) ahead.
   static constexpr int kRing = kNarrowTileRing;
@@ -93,16 +99,20 @@ struct NarrowWeightTiles : Base {
 
   int tiles_started_ = 0;
 
-  // Every producer lane writes the same entry before Base::load, whose full-barrier arrivals then
-  // publish it with the tile's first stage.
+  // Lane 0 writes the entry before Base::load: it is the pipeline's leader (thread_idx is the lane,
+  // and the kernel makes warp-group thread 0 the leader), whose arrive_and_expect_tx on the tile's
+  // first full barrier (a release) publishes it. The other lanes' arrivals are cp.async arrivals,
+  // which do not order their plain stores: racecheck reported every lane writing as a hazard.
   template <class Pipeline, class State, class Inputs, class BlockCoord, class KTileIterator>
   CUTLASS_DEVICE void load(Params const& params, Pipeline pipeline, State smem_pipe_write, Inputs const& load_inputs,
                            BlockCoord const& blk_coord, KTileIterator k_tile_iter, int k_tile_count, int thread_idx,
                            uint32_t block_rank_in_cluster, TensorStorage& shared_tensors) {
     const int32_t first = int32_t(cute::get<1>(blk_coord)) * kTileN;
     const int slot = tiles_started_++ % kRing;
-    shared_tensors.tile_columns[2 * slot] = first;
-    shared_tensors.tile_columns[2 * slot + 1] = cute::min((first + kTileN - 1) / 128, params.weight_scale_rows - 1);
+    if (thread_idx == 0) {
+      shared_tensors.tile_columns[2 * slot] = first;
+      shared_tensors.tile_columns[2 * slot + 1] = cute::min((first + kTileN - 1) / 128, params.weight_scale_rows - 1);
+    }
     Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, k_tile_count, thread_idx,
                block_rank_in_cluster, shared_tensors);
   }
