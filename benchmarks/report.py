@@ -171,7 +171,7 @@ def save_png(fig, path: Path, dpi: int) -> None:
     fig.savefig(buf, dpi=dpi, format="png")
     buf.seek(0)
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.open(buf).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+    Image.open(buf).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, format="PNG", optimize=True)
 
 
 def load_json(path: Path) -> dict:

@@ -167,11 +167,17 @@ struct OverlapPromotionMainloop : std::conditional_t<kNarrowWeightTiles<Base>, N
     int unissued = k_tile_count;
 
     // Narrow weight tiles: the tile's two weight blocks and, per accumulator, which one its column
-    // lies in (columns from `split` on are in the second); each block's two scales are read when the
-    // block is issued, into the fragment's own pair.
+    // lies in (columns from `split` on are in the second). A block's two scales are loaded from
+    // global memory when the block before it is issued (w_next), handed to the fragment's own pair
+    // when it is issued, and used at its promotion: two blocks' time to cover an L2 load under the
+    // kernel's own traffic (one block's was measured too little: gemm/NOTES.md eleventh session).
     const Scale* weight_scale = nullptr;
     int32_t block_first = 0, block_last = 0, split = Parts::kTileN;
-    Scale w0[2] = {}, w1[2] = {};
+    Scale w0[2] = {}, w1[2] = {}, w_next[2] = {};
+    auto load_weight_scales = [&](int64_t k) {
+      w_next[0] = __ldg(weight_scale + int64_t(block_first) * params.weight_scale_cols + k);
+      w_next[1] = __ldg(weight_scale + int64_t(block_last) * params.weight_scale_cols + k);
+    };
     auto columns = [&] {
       Tensor coord = make_identity_tensor(make_shape(Int<Parts::kTileM>{}, Int<Parts::kTileN>{}));
       return TiledMma{}.get_slice(thread_idx).partition_C(coord);  // (MMA, MMA_M, MMA_N) -> (row, col)
@@ -185,8 +191,9 @@ struct OverlapPromotionMainloop : std::conditional_t<kNarrowWeightTiles<Base>, N
       const int stage = smem_pipe_read.index();
       if constexpr (kNarrow) {
         const int64_t k = k_tile_count - unissued;
-        w[0] = __ldg(weight_scale + int64_t(block_first) * params.weight_scale_cols + k);
-        w[1] = __ldg(weight_scale + int64_t(block_last) * params.weight_scale_cols + k);
+        w[0] = w_next[0];
+        w[1] = w_next[1];
+        if (k + 1 < k_tile_count) load_weight_scales(k + 1);
       }
       Parts::template load_scales<!kNarrow>(scale, tCsScale, shared_tensors, stage);
       Parts::issue_k_block(tiled_mma, tCrA, tCrB, frag, stage);
@@ -209,6 +216,7 @@ struct OverlapPromotionMainloop : std::conditional_t<kNarrowWeightTiles<Base>, N
       block_first = first / 128;
       split = 128 - first % 128;
       weight_scale = params.weight_scale;
+      load_weight_scales(0);
     }
     issue_next(tmp0, scale0, w0);
     auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read, unissued == 0);
