@@ -174,9 +174,11 @@ struct OverlapPromotionMainloop : std::conditional_t<kNarrowWeightTiles<Base>, N
     const Scale* weight_scale = nullptr;
     int32_t block_first = 0, block_last = 0, split = Parts::kTileN;
     Scale w0[2] = {}, w1[2] = {}, w_next[2] = {};
-    auto load_weight_scales = [&](int64_t k) {
-      w_next[0] = __ldg(weight_scale + int64_t(block_first) * params.weight_scale_cols + k);
-      w_next[1] = __ldg(weight_scale + int64_t(block_last) * params.weight_scale_cols + k);
+    // Takes the params as a generic argument so that the narrow fields are looked up only where it
+    // is called, under `if constexpr (kNarrow)` (the other rows' Params lack them).
+    auto load_weight_scales = [&](auto const& narrow_params, int64_t k) {
+      w_next[0] = __ldg(weight_scale + int64_t(block_first) * narrow_params.weight_scale_cols + k);
+      w_next[1] = __ldg(weight_scale + int64_t(block_last) * narrow_params.weight_scale_cols + k);
     };
     auto columns = [&] {
       Tensor coord = make_identity_tensor(make_shape(Int<Parts::kTileM>{}, Int<Parts::kTileN>{}));
@@ -193,7 +195,7 @@ struct OverlapPromotionMainloop : std::conditional_t<kNarrowWeightTiles<Base>, N
         const int64_t k = k_tile_count - unissued;
         w[0] = w_next[0];
         w[1] = w_next[1];
-        if (k + 1 < k_tile_count) load_weight_scales(k + 1);
+        if (k + 1 < k_tile_count) load_weight_scales(params, k + 1);
       }
       Parts::template load_scales<!kNarrow>(scale, tCsScale, shared_tensors, stage);
       Parts::issue_k_block(tiled_mma, tCrA, tCrB, frag, stage);
@@ -216,7 +218,7 @@ struct OverlapPromotionMainloop : std::conditional_t<kNarrowWeightTiles<Base>, N
       block_first = first / 128;
       split = 128 - first % 128;
       weight_scale = params.weight_scale;
-      load_weight_scales(0);
+      load_weight_scales(params, 0);
     }
     issue_next(tmp0, scale0, w0);
     auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read, unissued == 0);
