@@ -175,17 +175,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_row<Config<false, 128, 48, 1, 1, Schedule::kCooperative, Consumer::kOverlap>>("sm90_coop_128x48x128_ovl", kUnboundedM,
-      "candidate (forced only, compile-checked, not yet run): unswapped 128 x 48 tiles, so that a mid-M layer's tile "
-      "count can match the SM count as DeepGEMM's tile widths do (6144 columns: 128 tiles at M <= 128, against 96 "
-      "of the 128x64 swap row); our consumer loop reads each tile's one or two weight-block scales itself "
-      "(gemm/NOTES.md tenth session)"),
-  make_row<Config<false, 128, 40, 1, 1, Schedule::kCooperative, Consumer::kOverlap>>("sm90_coop_128x40x128_ovl", kUnboundedM,
-      "candidate (forced only, compile-checked, not yet run): the 128x48 candidate's kernel with 40-column tiles "
-      "(5120 columns: 128 tiles; gemm/NOTES.md tenth session)"),
-  make_row<Config<false, 128, 56, 1, 1, Schedule::kCooperative, Consumer::kOverlap>>("sm90_coop_128x56x128_ovl", kUnboundedM,
-      "candidate (forced only, compile-checked, not yet run): the 128x48 candidate's kernel with 56-column tiles "
-      "(7168 columns: 128 tiles; gemm/NOTES.md tenth session)"),
 };
 // clang-format on
 

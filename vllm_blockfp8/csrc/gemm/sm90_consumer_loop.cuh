@@ -92,19 +92,14 @@ struct ConsumerLoopParts {
   // Reads block `stage`'s scales into `scale` (compact: the thread's distinct rows or columns
   // only) as the product the base forms before its FFMA: fl(sfa[row] * sfb) unswapped,
   // fl(sfb[col] * sfa) swapped (the base's operand order in each case).
-  // kTileScale = false (narrow weight tiles): the per-row or per-column scales alone; the weight
-  // block's scale is applied per column at promotion (promote_columns_and_fence_acc).
-  template <bool kTileScale = true, class ScaleRegs, class ScaleSmem>
+  template <class ScaleRegs, class ScaleSmem>
   CUTLASS_DEVICE static void load_scales(ScaleRegs& scale, ScaleSmem const& tCsScale, TensorStorage& smem,
                                          int stage) {
     using namespace cute;
     Tensor src = filter_zeros(tCsScale(_, _, _, stage));
     Tensor dst = filter_zeros(scale);
     static_assert(decltype(size(src))::value == decltype(size(dst))::value);
-    if constexpr (!kTileScale) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(dst); ++i) dst(i) = src(i);
-    } else if constexpr (kRowScales) {
+    if constexpr (kRowScales) {
       const Scale sfb = smem.smem_SFB[SmemLayoutSFB{}(_0{}, _0{}, stage)];
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(dst); ++i) dst(i) = src(i) * sfb;
@@ -144,22 +139,6 @@ struct ConsumerLoopParts {
     warpgroup_fence_operand(frag);  // after the wait that completed it
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(acc); ++i) acc(i) = fmaf(frag(i), scale(i), acc(i));
-  }
-
-  // Narrow weight tiles: acc(i) = fma(frag(i), fl(row_scale(i) * w[column(i) >= split]), acc(i)), the
-  // scale product in the base's order (per-row scale times the weight block's), then fence `acc`.
-  template <class Acc, class Frag, class ScaleRegs, class Coords>
-  CUTLASS_DEVICE static void promote_columns_and_fence_acc(Acc&& acc, Frag& frag, ScaleRegs const& scale,
-                                                           Coords const& coords, int32_t split, Scale const (&w)[2]) {
-    using namespace cute;
-    static_assert(decltype(size(acc))::value == decltype(size(frag))::value);
-    warpgroup_fence_operand(frag);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc); ++i) {
-      const Scale s = scale(i) * (get<1>(coords(i)) >= split ? w[1] : w[0]);
-      acc(i) = fmaf(frag(i), s, acc(i));
-    }
-    warpgroup_fence_operand(acc);
   }
 
   // promote, then fence `acc`: for a loop whose next wgmma writes another fragment (the overlap

@@ -227,14 +227,9 @@ struct Gemm {
   // Weight rows per scale entry as the collective sees them: the checkpoint's 128, or 64 on the
   // 64-row weight tiles of the ping-pong rows (CUTLASS's collective wants whole scale blocks per
   // tile). Then row block r of 64 reads scale block r / 2 through a nested layout (below): no copy.
-  // Narrow weight tiles (Config::kNarrowWeightTiles) give the collective one SFB entry per tile
-  // through a stride-0 layout; our consumer loop reads the real weight scales (sm90_overlap_mainloop.cuh).
-  static constexpr bool kNarrow = Cfg::kNarrowWeightTiles;
-  static constexpr int kWeightScaleRows = kSwap     ? std::min(Cfg::kTileM, kScaleBlock)
-                                          : kNarrow ? Cfg::kTileN
-                                                    : kScaleBlock;
+  static constexpr int kWeightScaleRows = kSwap ? std::min(Cfg::kTileM, kScaleBlock) : kScaleBlock;
   using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<
-      kSwap ? kWeightScaleRows : 1, kSwap ? 1 : kWeightScaleRows, kScaleBlock,
+      kSwap ? kWeightScaleRows : 1, kSwap ? 1 : kScaleBlock, kScaleBlock,
       kSwap ? cute::GMMA::Major::K : cute::GMMA::Major::MN,
       kSwap ? cute::GMMA::Major::MN : cute::GMMA::Major::K>;
   using BuiltLayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
@@ -247,9 +242,9 @@ struct Gemm {
   // 128-row block read its one scale.
   static auto block_scale_layout(int32_t nb, int32_t kb, int32_t row_len, int32_t batches, int32_t batch_stride) {
     using namespace cute;
-    if constexpr (kWeightScaleRows == kScaleBlock || kNarrow) {
+    if constexpr (kWeightScaleRows == kScaleBlock) {
       return make_layout(
-          make_shape(make_shape(Int<kWeightScaleRows>{}, nb), make_shape(Int<kScaleBlock>{}, kb), batches),
+          make_shape(make_shape(Int<kScaleBlock>{}, nb), make_shape(Int<kScaleBlock>{}, kb), batches),
           make_stride(make_stride(_0{}, row_len), make_stride(_0{}, _1{}), batch_stride));
     } else {
       static_assert(2 * kWeightScaleRows == kScaleBlock);
@@ -258,7 +253,7 @@ struct Gemm {
                          make_stride(make_stride(_0{}, make_stride(_0{}, row_len)), make_stride(_0{}, _1{}), batch_stride));
     }
   }
-  static constexpr bool kNestedSFA = kSwap && kWeightScaleRows != kScaleBlock;
+  static constexpr bool kNestedSFA = kWeightScaleRows != kScaleBlock;
   using LayoutSFA = std::conditional_t<kNestedSFA, decltype(block_scale_layout(0, 0, 0, 0, 0)), BuiltLayoutSFA>;
 
   // Cooperative by default: one warpgroup's per-block promotion FMAs overlap the other's wgmma
@@ -285,7 +280,7 @@ struct Gemm {
       ElementAB, cute::tuple<LayoutB, LayoutSFB>, kAlignAB,
       ElementAcc, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage)) + (kNarrow ? kNarrowTileRingBytes : 0)>,
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
   // The same collective with our consumer loop (Config::kConsumer); only mma/mma_tail differ, so
   // shared storage, stages, the kernel and both schedulers (persistent, stream-K with its fixup)
@@ -358,14 +353,7 @@ struct Gemm {
       ml.ptr_SFA = p.a_scale;
       ml.layout_SFA = token_scale_layout(m, kb, ld, 1, ld * kb);
       ml.ptr_SFB = p.b_scale;
-      if constexpr (kNarrow) {
-        // Every tile's (unused) SFB entry is block 0's: in bounds, whatever the tile.
-        ml.layout_SFB = block_scale_layout((n + Cfg::kTileN - 1) / Cfg::kTileN, kb, 0, 1, 0);
-        ml.weight_scale_rows = nb;
-        ml.weight_scale_cols = kb;
-      } else {
-        ml.layout_SFB = block_scale_layout(nb, kb, kb, 1, nb * kb);
-      }
+      ml.layout_SFB = block_scale_layout(nb, kb, kb, 1, nb * kb);
       ep.dC = {int64_t(n), cute::_1{}, int64_t(m) * n};
       ep.dD = {int64_t(n), cute::_1{}, int64_t(m) * n};
     }

@@ -63,19 +63,7 @@ struct Config {
                 "ping-pong rows: swap-AB, 64-row weight tiles");
   static_assert(kSchedule == Schedule::kPingpong || kTileM % 128 == 0,
                 "cooperative rows split the tile's M over two warpgroups of 64 and scale blocks of 128");
-  // Unswapped tiles narrower than a 128-column weight block (sm90_overlap_mainloop.cuh): our loop
-  // reads their weight scales itself, one tile after another in the persistent scheduler's order.
-  static constexpr bool kNarrowWeightTiles = !kSwapAB && kTileN % 128 != 0;
-  static_assert(!kNarrowWeightTiles || (kTileN < 128 && kTileN % 8 == 0 && kConsumer == Consumer::kOverlap &&
-                                        kSchedule == Schedule::kCooperative),
-                "narrow weight tiles: N < 128, a multiple of 8, our consumer loop, the persistent scheduler");
 };
-
-// Narrow weight tiles: entries of the shared-memory ring through which the producer hands each tile's
-// columns to the consumers (sm90_overlap_mainloop.cuh, NarrowWeightTiles), and the shared memory the
-// ring takes from the pipeline stages (2 int32 per entry, rounded up to the 128-byte alignment).
-constexpr int kNarrowTileRing = 32;
-constexpr int kNarrowTileRingBytes = (2 * kNarrowTileRing * 4 + 127) / 128 * 128 + 128;
 
 // Tile counts of a configuration's grid (host logic shared by sm90.cu's selection preconditions and
 // sm90_kernel.cuh's K plans and tile order). Tiles of the kernel's M and N modes (weights x tokens

@@ -25,16 +25,6 @@
 // order; the base's first promotion compiles to FFMA with +0 (RZ) for its never-initialized
 // accumulator (both the c2x1 and the swap rows' SASS), which the explicit clear reproduces.
 //
-// Weight tiles narrower than a scale block (unswapped, tile N % 128 != 0, e.g. 48 columns so that a
-// problem's tile count can match the SM count): a tile's columns then lie in one or two 128-column
-// weight blocks, which no affine scale layout maps (CUTLASS's loader tiles the SFB layout, and a
-// nested 16-column layout does not cut at width 48). The collective is built with one SFB entry per
-// tile and a stride-0 SFB layout (its cp.async loads are unused); NarrowWeightTiles records each
-// tile's first column and last weight block in a shared-memory ring as the producer starts the
-// tile (the consumers take them after the tile's first full-barrier wait, which orders them), and
-// the consumers read the tile's two block scales per K block from global memory (L2-resident) when
-// they issue the block: S = fl(SFA[i] * SFB[block of column j]), as the reference.
-//
 // Supported (static_assert, here and in ConsumerLoopParts): exactly one of SFA / SFB with one
 // scale per accumulator row / column (granularity 1 along M with ScaleMsPerTile = tile M, or along
 // N with ScaleNsPerTile = tile N) and the other with one scale per tile (ScaleNsPerTile = 1, resp.
@@ -52,84 +42,18 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 
 #include "sm90_consumer_loop.cuh"
-#include "sm90_kernel.h"
 
 namespace blockfp8::gemm::sm90 {
 
-// Unswapped rows whose tile N is not a multiple of the 128-column weight block (header comment).
 template <class Base>
-constexpr bool kNarrowWeightTiles = ConsumerLoopParts<Base>::kRowScales && ConsumerLoopParts<Base>::kTileN % 128 != 0;
-
-// The producer side of narrow weight tiles and the arguments they add: the weight-scale tensor's
-// rows (checkpoint blocks, ceil(n / 128)) and row length (k / 128), for the consumers' own loads.
-template <class Base>
-struct NarrowWeightTiles : Base {
-  using Scale = typename Base::ElementBlockScale;
-  static constexpr int kTileN = ConsumerLoopParts<Base>::kTileN;
-  static_assert(kTileN < 128 && kTileN % 8 == 0, "a narrow tile lies in at most two weight blocks");
-  // CUTE picks a wgmma as wide as the tile only for the widths in its extended set (40, 48, 56, ...)
-  // when CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED is defined before the first CUTE include; otherwise
-  // 48 becomes three 16-wide and 40 / 56 five / seven 8-wide wgmmas per K slice (1.4x / 2.0x / 2.2x
-  // the selected row's time on the H200: gemm/NOTES.md).
-  static_assert(cute::size<1>(typename Base::TiledMma::AtomShape_MNK{}) == kTileN,
-                "narrow tile split into several wgmmas: define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED in its unit");
-  // Tiles between the producer's start of a tile and the consumers' read of its entry: the producer
-  // is at most a pipeline's worth of K blocks (>= 1 per tile) ahead.
-  static constexpr int kRing = kNarrowTileRing;
-  static_assert(Base::DispatchPolicy::Stages + 2 <= kRing, "ring shorter than the tiles in flight");
-
-  struct TensorStorage : Base::TensorStorage {
-    cute::array<int32_t, 2 * kRing> tile_columns;  // per tile: first column, last weight block
-  };
-  struct Arguments : Base::Arguments {
-    int32_t weight_scale_rows = 0;
-    int32_t weight_scale_cols = 0;
-  };
-  struct Params : Base::Params {
-    Scale const* weight_scale;
-    int32_t weight_scale_rows;
-    int32_t weight_scale_cols;
-  };
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args,
-                                                  void* workspace) {
-    return {Base::to_underlying_arguments(problem_shape, args, workspace), args.ptr_SFB, args.weight_scale_rows,
-            args.weight_scale_cols};
-  }
-
-  int tiles_started_ = 0;
-
-  // Lane 0 writes the entry before Base::load: it is the pipeline's leader (thread_idx is the lane,
-  // and the kernel makes warp-group thread 0 the leader), whose arrive_and_expect_tx on the tile's
-  // first full barrier (a release) publishes it. The other lanes' arrivals are cp.async arrivals,
-  // which do not order their plain stores: racecheck reported every lane writing as a hazard.
-  template <class Pipeline, class State, class Inputs, class BlockCoord, class KTileIterator>
-  CUTLASS_DEVICE void load(Params const& params, Pipeline pipeline, State smem_pipe_write, Inputs const& load_inputs,
-                           BlockCoord const& blk_coord, KTileIterator k_tile_iter, int k_tile_count, int thread_idx,
-                           uint32_t block_rank_in_cluster, TensorStorage& shared_tensors) {
-    const int32_t first = int32_t(cute::get<1>(blk_coord)) * kTileN;
-    const int slot = tiles_started_++ % kRing;
-    if (thread_idx == 0) {
-      shared_tensors.tile_columns[2 * slot] = first;
-      shared_tensors.tile_columns[2 * slot + 1] = cute::min((first + kTileN - 1) / 128, params.weight_scale_rows - 1);
-    }
-    Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, k_tile_count, thread_idx,
-               block_rank_in_cluster, shared_tensors);
-  }
-};
-
-template <class Base>
-struct OverlapPromotionMainloop : std::conditional_t<kNarrowWeightTiles<Base>, NarrowWeightTiles<Base>, Base> {
-  using Parent = std::conditional_t<kNarrowWeightTiles<Base>, NarrowWeightTiles<Base>, Base>;
+struct OverlapPromotionMainloop : Base {
   using Parts = ConsumerLoopParts<Base>;
   using typename Base::MainloopPipeline;
-  using typename Parent::Params;
+  using typename Base::Params;
   using typename Base::PipelineState;
-  using typename Parent::TensorStorage;
+  using typename Base::TensorStorage;
   using typename Base::TiledMma;
   using Scale = typename Parts::Scale;
-  static constexpr bool kNarrow = kNarrowWeightTiles<Base>;
-  int tiles_done_ = 0;
 
   static_assert(Parts::kAccPerThread <= 64,
                 "acc + two temporary fragments must fit the 232 consumer registers");
@@ -141,7 +65,7 @@ struct OverlapPromotionMainloop : std::conditional_t<kNarrowWeightTiles<Base>, N
   // stage this call reads it also releases, so mma_tail has nothing left to do.
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const& params) {
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
     using namespace cute;
     static_assert(is_rmem<FrgTensorC>::value, "accumulators must live in registers");
 
@@ -166,94 +90,52 @@ struct OverlapPromotionMainloop : std::conditional_t<kNarrowWeightTiles<Base>, N
     PipelineState smem_pipe_release = smem_pipe_read;
     int unissued = k_tile_count;
 
-    // Narrow weight tiles: the tile's two weight blocks and, per accumulator, which one its column
-    // lies in (columns from `split` on are in the second). A block's two scales are loaded from
-    // global memory when the block before it is issued (w_next), handed to the fragment's own pair
-    // when it is issued, and used at its promotion: two blocks' time to cover an L2 load under the
-    // kernel's own traffic (one block's was measured too little: gemm/NOTES.md eleventh session).
-    const Scale* weight_scale = nullptr;
-    int32_t block_first = 0, block_last = 0, split = Parts::kTileN;
-    Scale w0[2] = {}, w1[2] = {}, w_next[2] = {};
-    // Takes the params as a generic argument so that the narrow fields are looked up only where it
-    // is called, under `if constexpr (kNarrow)` (the other rows' Params lack them).
-    auto load_weight_scales = [&](auto const& narrow_params, int64_t k) {
-      w_next[0] = __ldg(weight_scale + int64_t(block_first) * narrow_params.weight_scale_cols + k);
-      w_next[1] = __ldg(weight_scale + int64_t(block_last) * narrow_params.weight_scale_cols + k);
-    };
-    auto columns = [&] {
-      Tensor coord = make_identity_tensor(make_shape(Int<Parts::kTileM>{}, Int<Parts::kTileN>{}));
-      return TiledMma{}.get_slice(thread_idx).partition_C(coord);  // (MMA, MMA_M, MMA_N) -> (row, col)
-    }();
-
     // Scales are read right after the stage's wait and before its wgmma is issued: a stage is
     // released only after that wgmma completed, and every thread of the warpgroup issues it after
     // its scale reads (the base orders them the same way). Reading them after the wait<1> instead
     // would race with the release on a 2-CTA cluster, where one thread per warpgroup arrives.
-    auto issue_next = [&](auto& frag, auto& scale, Scale (&w)[2]) {
+    auto issue_next = [&](auto& frag, auto& scale) {
       const int stage = smem_pipe_read.index();
-      if constexpr (kNarrow) {
-        const int64_t k = k_tile_count - unissued;
-        w[0] = w_next[0];
-        w[1] = w_next[1];
-        if (k + 1 < k_tile_count) load_weight_scales(params, k + 1);
-      }
-      Parts::template load_scales<!kNarrow>(scale, tCsScale, shared_tensors, stage);
+      Parts::load_scales(scale, tCsScale, shared_tensors, stage);
       Parts::issue_k_block(tiled_mma, tCrA, tCrB, frag, stage);
       ++smem_pipe_read;
       --unissued;
     };
-    auto promote = [&](auto& frag, auto const& scale, Scale const (&w)[2]) {
-      if constexpr (kNarrow) {
-        Parts::promote_columns_and_fence_acc(accum, frag, scale, columns, split, w);
-      } else {
-        Parts::promote_and_fence_acc(accum, frag, scale);
-      }
-    };
 
     pipeline.consumer_wait(smem_pipe_read);
-    if constexpr (kNarrow) {
-      const int slot = tiles_done_++ % Parent::kRing;
-      const int32_t first = shared_tensors.tile_columns[2 * slot];
-      block_last = shared_tensors.tile_columns[2 * slot + 1];
-      block_first = first / 128;
-      split = 128 - first % 128;
-      weight_scale = params.weight_scale;
-      load_weight_scales(params, 0);
-    }
-    issue_next(tmp0, scale0, w0);
+    issue_next(tmp0, scale0);
     auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read, unissued == 0);
 
     // Block k into `next` while block k-1 (in `prev`) is promoted.
-    auto step = [&](auto& next, auto& next_scale, Scale (&next_w)[2], auto& prev, auto const& prev_scale,
-                    Scale const (&prev_w)[2]) {
+    auto step = [&](auto& next, auto& next_scale, auto& prev, auto const& prev_scale) {
       pipeline.consumer_wait(smem_pipe_read, barrier_token);
-      issue_next(next, next_scale, next_w);
+      issue_next(next, next_scale);
       warpgroup_wait<1>();  // block k-1 complete, block k may still run
       pipeline.consumer_release(smem_pipe_release);
       ++smem_pipe_release;
       // Tested now so the barrier's latency hides behind the promotion; skipped past the last block.
       barrier_token = pipeline.consumer_try_wait(smem_pipe_read, unissued == 0);
-      promote(prev, prev_scale, prev_w);
+      Parts::promote_and_fence_acc(accum, prev, prev_scale);
     };
-    auto drain = [&](auto& last, auto const& last_scale, Scale const (&last_w)[2]) {
+    auto drain = [&](auto& last, auto const& last_scale) {
       warpgroup_wait<0>();
       pipeline.consumer_release(smem_pipe_release);
-      promote(last, last_scale, last_w);
+      Parts::promote_and_fence_acc(accum, last, last_scale);
     };
 
     // Unrolled by two so that each fragment is a compile-time register set.
     CUTLASS_PRAGMA_NO_UNROLL
     while (true) {
       if (unissued == 0) {
-        drain(tmp0, scale0, w0);
+        drain(tmp0, scale0);
         break;
       }
-      step(tmp1, scale1, w1, tmp0, scale0, w0);
+      step(tmp1, scale1, tmp0, scale0);
       if (unissued == 0) {
-        drain(tmp1, scale1, w1);
+        drain(tmp1, scale1);
         break;
       }
-      step(tmp0, scale0, w0, tmp1, scale1, w1);
+      step(tmp0, scale0, tmp1, scale1);
     }
   }
 
