@@ -58,8 +58,8 @@ bool fills_one_wave(const Problem& p) {
 }
 
 // Selection precondition of the 64x32 ping-pong row: its tiles fill one wave, or, past one wave, need
-// 3 waves where the 128x32 row's need 2 (2 x waves <= 3 x waves; at the SM counts of real layers only
-// 3 against 2 meets it). Below 64 tiles, the 128-row row's K slices (4 of them on <= 24 of its tiles)
+// 3 waves where the 128x32 row's need 2 (2 x waves <= 3 x waves; with twice that row's tiles, only 3
+// against 2 meets it past one wave). Below 64 tiles, the 128-row row's K slices (4 of them on <= 24 of its tiles)
 // gave more CTAs shorter walks (seventh session). Past one wave its per-tile time is about half the
 // 128x32 row's, so the waves decide: 3 against 2 took 0.79-0.92x the 128x32 row's time at 35 fitted
 // points and 0.875-0.938x (geomean 0.908) at 17 held-out ones, also ahead of the 64x64 row at M =
