@@ -59,12 +59,12 @@ bool fills_one_wave(const Problem& p) {
 
 // Selection precondition of the 64x32 ping-pong row: its tiles fill one wave, or, past one wave, need
 // 3 waves where the 128x32 row's need 2 (2 x waves <= 3 x waves; with twice that row's tiles, only 3
-// against 2 meets it past one wave). Below 64 tiles, the 128-row row's K slices (4 of them on <= 24 of its tiles)
-// gave more CTAs shorter walks (seventh session). Past one wave its per-tile time is about half the
-// 128x32 row's, so the waves decide: 3 against 2 took 0.79-0.92x the 128x32 row's time at 35 fitted
-// points and 0.875-0.938x (geomean 0.908) at 17 held-out ones, also ahead of the 64x64 row at M =
-// 49..64; 2 against 1 lost (0.96-1.12x), and 400 tiles (three waves plus 4: 4 against 2) lost up to
-// 1.046x (gemm/NOTES.md tenth and eleventh sessions).
+// against 2 meets it past one wave). Below 64 tiles, the 128-row row's K slices (4 of them on <= 24
+// of its tiles) gave more CTAs shorter walks (seventh session). Past one wave its per-tile time is
+// about half the 128x32 row's, so the waves decide: 3 against 2 took 0.79-0.92x the 128x32 row's
+// time at 35 fitted points and 0.875-0.938x (geomean 0.908) at 17 held-out ones, also ahead of the
+// 64x64 row at M = 49..64; 2 against 1 lost (0.96-1.12x), and 400 tiles (three waves plus 4: 4
+// against 2) lost up to 1.046x (gemm/NOTES.md tenth and eleventh sessions).
 using Sm90Pingpong64x32 = Config<true, 64, 32, 1, 1, Schedule::kPingpong, Consumer::kOverlap>;
 using Sm90Swap128x32 = Config<true, 128, 32, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>;
 bool prefers_64x32(const Problem& p) {

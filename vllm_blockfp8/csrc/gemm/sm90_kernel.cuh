@@ -102,7 +102,7 @@ constexpr int64_t kTailMaxFillPercent = 40;
 constexpr int64_t kTailMinKBlocks = 48;
 template <class Cfg>
 bool tail_wave_stream_k(const Problem& p) {
-  const int64_t tiles = cluster_tiles_m<Cfg>(p) * cluster_tiles_n<Cfg>(p);
+  const int64_t tiles = cluster_tile_count<Cfg>(p);
   const int64_t wave = cluster_wave<Cfg>(p);
   if (wave <= 0 || p.k / 128 < kTailMinKBlocks) return false;
   const int64_t tail = tiles % wave;

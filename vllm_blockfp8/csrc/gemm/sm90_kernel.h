@@ -89,6 +89,11 @@ template <class Cfg>
 int64_t cluster_tiles_n(const Problem& p) {
   return (tiles_n<Cfg>(p) + Cfg::kClusterN - 1) / Cfg::kClusterN * Cfg::kClusterN;
 }
+// Tiles the scheduler hands out (padding tiles of partial clusters included).
+template <class Cfg>
+int64_t cluster_tile_count(const Problem& p) {
+  return cluster_tiles_m<Cfg>(p) * cluster_tiles_n<Cfg>(p);
+}
 // CTAs in one wave of the persistent grid: the SMs that whole clusters fill.
 template <class Cfg>
 int64_t cluster_wave(const Problem& p) {
@@ -99,7 +104,7 @@ int64_t cluster_wave(const Problem& p) {
 template <class Cfg>
 int64_t waves(const Problem& p) {
   const int64_t wave = cluster_wave<Cfg>(p);
-  return wave > 0 ? (cluster_tiles_m<Cfg>(p) * cluster_tiles_n<Cfg>(p) + wave - 1) / wave : 0;
+  return wave > 0 ? (cluster_tile_count<Cfg>(p) + wave - 1) / wave : 0;
 }
 
 // Defined in sm90_kernel.cuh; instantiated once per configuration in its sm90_<row>.cu file
