@@ -73,7 +73,7 @@ HASH=$(cat setup.py $(find vllm_blockfp8/csrc -type f | sort) | sha256sum | cut 
 if [ -f vllm_blockfp8/_C.abi3.so ] && [ "$(cat $STAMP 2>/dev/null)" = "$HASH" ] && python3 -c "import vllm_blockfp8" 2>/dev/null; then
   echo "build: unchanged sources, keeping the last build"
 else
-  stage build 420 env TORCH_CUDA_ARCH_LIST="$ARCHS" MAX_JOBS=16 BLOCKFP8_ARCH_JOBS=8 \
+  stage build 420 env TORCH_CUDA_ARCH_LIST="$ARCHS" MAX_JOBS=16 BLOCKFP8_ARCH_JOBS=${BUILD_ARCH_JOBS:-10} \
     python3 -m pip install --no-build-isolation --no-deps -v -e .
   echo "$HASH" > $STAMP
 fi
