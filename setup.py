@@ -26,6 +26,12 @@ DEFAULT_ARCHS = "8.9;9.0a;12.0a"
 # Arch-specific translation units: compiled only when their arch is in the list.
 ARCH_SOURCES = {"9.0a": "gemm/sm90*.cu"}
 ARCH_DEFINES = {"9.0a": "BLOCKFP8_HAS_SM90_GEMM"}
+# Flags for an arch's own units only. CUTLASS_GDC_ENABLED turns CUTLASS's grid-dependency control on in
+# the SM90 kernels (griddepcontrol.wait before the producers' first global read), which programmatic
+# dependent launch needs; sm90_kernel.cuh adds the scale-copy warp's wait and the trigger. Not
+# CUTLASS_ENABLE_GDC_FOR_SM90, which also adds the consumers' trigger: with it CUTLASS 4.2's stream-K
+# scheduler does not compile (its const is_last_tile binds a member to a non-const reference).
+ARCH_UNIT_FLAGS = {"9.0a": ["-DCUTLASS_GDC_ENABLED"]}
 # TORCH_TARGET_VERSION 2.11: use only stable-ABI calls that torch 2.11 provides, so this build
 # loads on every later torch too.
 STABLE_ABI_FLAGS = ["-DTORCH_TARGET_VERSION=0x020b000000000000", "-DUSE_CUDA"]
@@ -121,7 +127,7 @@ def _ext_modules():
                     obj = out_dir / (Path(src).stem + f".sm{arch.replace('.', '')}.o")
                     cmd = [nvcc, "-c", str(ROOT / src), "-o", str(obj), *nvcc_common, *_gencode(arch),
                            "-Xcompiler", "-fPIC", "-I", _cutlass_include(), "-I", str(ROOT / CSRC),
-                           "-Xptxas", "-v", *defines]
+                           "-Xptxas", "-v", *defines, *ARCH_UNIT_FLAGS.get(arch, [])]
                     fresh = obj.exists() and obj.stat().st_mtime > max(Path(src).stat().st_mtime, newest_header)
                     jobs.append((src, obj, cmd, fresh))
             todo = [j for j in jobs if not j[3]]

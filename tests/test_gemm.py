@@ -270,6 +270,78 @@ def test_cuda_graph_replay(row, m):
         _assert_close(out, ref, f"graph replay row={row} M={m}")
 
 
+@pytest.mark.parametrize("row", ROWS)
+def test_reads_what_the_kernel_before_it_just_wrote(row):
+    """Every row launches with programmatic dependent launch (the default): it may start before the
+    kernel ahead of it on the stream ends, and must still read that kernel's output. Eagerly, a copy
+    kernel overwrites the activations right before each call (alternating two inputs); in a captured
+    graph, the quantizer writes them right before the GEMM, its outputs NaN-poisoned before every
+    replay. A read ahead of the writer gives the other input's product or NaN."""
+    m, n, k = 300, 576, 1024
+    inputs = [_operands(m, n, k, seed=s)[:2] for s in (21, 22)]
+    _, _, b, b_scale = _operands(m, n, k, seed=23)
+    refs = [reference.gemm_ref(a, s, b, b_scale) for a, s in inputs]
+    a, a_scale = inputs[0][0].clone(), inputs[0][1].clone()
+    for i in (1, 0, 1, 0):
+        a.copy_(inputs[i][0])
+        a_scale.copy_(inputs[i][1])
+        out = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
+        _assert_close(out, refs[i], f"eager, input {i}, row={row}")
+
+    g = torch.Generator(device="cuda").manual_seed(24)
+    xs = [torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2)]
+    x = xs[0].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ops.blockfp8_gemm(*ops.per_token_group_quant(x), b, b_scale, torch.bfloat16, row=row)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, q_scale = ops.per_token_group_quant(x)
+        out = ops.blockfp8_gemm(q, q_scale, b, b_scale, torch.bfloat16, row=row)
+    for i in (1, 0):
+        x.copy_(xs[i])
+        q.view(torch.uint8).fill_(0xFF)
+        q_scale.fill_(float("nan"))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want_q, want_s = ops.per_token_group_quant(xs[i])
+        _assert_close(out, reference.gemm_ref(want_q, want_s, b, b_scale), f"graph, input {i}, row={row}")
+
+
+def test_programmatic_launch_changes_no_bits(tmp_path):
+    """BLOCKFP8_SM90_PDL=0 (plain stream order, read once per process, so in a child process) gives
+    the same bits as the default programmatic launch, for every row."""
+    import os
+    import subprocess
+    import sys
+
+    m, n, k = 83, 576, 2048
+    a, a_scale, b, b_scale = _operands(m, n, k, seed=25)
+    torch.save({"a": a.view(torch.uint8).cpu(), "a_scale": a_scale.cpu(), "b": b.view(torch.uint8).cpu(),
+                "b_scale": b_scale.cpu()}, tmp_path / "in.pt")
+    mine = {row: ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row).cpu() for row in ROWS}
+    child = (
+        "import sys, torch\n"
+        "from vllm_blockfp8 import ops, reference\n"
+        "d = torch.load(sys.argv[1])\n"
+        "a = d['a'].cuda().view(reference.FP8_DTYPE)\n"
+        "b = d['b'].cuda().view(reference.FP8_DTYPE)\n"
+        "s = d['a_scale'].cuda().t().contiguous().t()\n"
+        "out = {r['name']: ops.blockfp8_gemm(a, s, b, d['b_scale'].cuda(), torch.bfloat16, row=r['name']).cpu()\n"
+        "       for r in ops.tile_table('gemm')}\n"
+        "torch.save(out, sys.argv[2])\n")
+    env = dict(os.environ, BLOCKFP8_SM90_PDL="0")
+    subprocess.run([sys.executable, "-c", child, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
+                   env=env, check=True, timeout=300)
+    theirs = torch.load(tmp_path / "out.pt")
+    assert sorted(theirs) == sorted(mine)
+    for row in ROWS:
+        assert torch.equal(mine[row].view(torch.int16), theirs[row].view(torch.int16)), row
+
+
 def _valid(m=16, n=256, k=512):
     return _operands(m, n, k, seed=6)
 

@@ -69,6 +69,10 @@ def test_sm90_switches_are_checked_at_import_values():
         ops.check_sm90_env({"BLOCKFP8_SM90_SPLITS": "5"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_REDUCTION='fast'"):
         ops.check_sm90_env({"BLOCKFP8_SM90_REDUCTION": "fast"})
+    ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "0"})
+    ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "1"})
+    with pytest.raises(ValueError, match="BLOCKFP8_SM90_PDL='off'"):
+        ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "off"})
 
 
 GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order

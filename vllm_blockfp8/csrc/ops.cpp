@@ -97,12 +97,15 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // wherever the row would not take stream-K, N K slices where N divides the K blocks (the 128x32
 // and 128x64 _slicek rows), else N CUTLASS split-K partial tiles, those added in arrival order, as are
 // the stream-K partial tiles of every stream-K row (the swap-AB rows and the 128x128 _sk row).
+// BLOCKFP8_SM90_PDL (1 | 0, default 1): launch the GEMM (and its K-slice sum) with programmatic dependent
+// launch; 0 launches them in plain stream order (an A/B switch; the results are the same bit for bit).
 struct Sm90Switches {
   bool order_from_env = false;
   int raster = 0;
   int max_swizzle = 1;
   int splits = 0;
   bool nondeterministic_reduction = false;
+  bool pdl = true;
 };
 
 const Sm90Switches& sm90_env_switches() {
@@ -121,6 +124,7 @@ const Sm90Switches& sm90_env_switches() {
     if (const char* n = std::getenv("BLOCKFP8_SM90_SPLITS"); n && *n) o.splits = std::max(0, std::atoi(n));
     if (const char* r = std::getenv("BLOCKFP8_SM90_REDUCTION"); r && *r)
       o.nondeterministic_reduction = std::string(r) == "nondeterministic";
+    if (const char* v = std::getenv("BLOCKFP8_SM90_PDL"); v && *v) o.pdl = std::string(v) != "0";
     return o;
   }();
   return switches;
@@ -135,6 +139,7 @@ void apply_sm90_switches(gemm::Problem& p) {
   }
   p.splits = env.splits;
   p.nondeterministic_reduction = env.nondeterministic_reduction;
+  p.pdl = env.pdl;
 }
 #endif
 

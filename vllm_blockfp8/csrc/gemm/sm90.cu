@@ -119,10 +119,6 @@ bool swap_waves_fit(const Problem& p) {
   return p.m <= kSwapRowsAnyWavesUpToM || waves<Sm90Swap128x64>(p) <= waves<Sm90Coop128>(p);
 }
 
-// Candidate (forced only): the 128x64 `_slicek` row with 128-token tiles, on CUTLASS's consumer loop.
-using Sm90Swap128x128Sliced =
-    Config<true, 128, 128, 1, 1, Schedule::kCooperativeStreamK, Consumer::kCutlass, true, true>;
-
 // Selection precondition of the stream-K 128x128 row: its rule (sm90_kernel.cuh, tail_wave_stream_k)
 // takes stream-K for this problem; elsewhere the persistent row below runs it.
 using Sm90Coop128StreamK = Config<false, 128, 128, 2, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>;
@@ -179,10 +175,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_row<Sm90Swap128x128Sliced>("sm90_swapab_128x128x128_slicek", kUnboundedM,
-      "candidate (forced only, not yet run): 128 weight rows x 128 tokens, swap-AB, CUTLASS's consumer loop, K "
-      "slices by the `_slicek` rule: at M = 65..256 the swap rows are shared-memory-bound, and this tile moves 5 "
-      "bytes per output element per K block against the 128x64 row's 7 (gemm/NOTES.md twelfth session)"),
 };
 // clang-format on
 

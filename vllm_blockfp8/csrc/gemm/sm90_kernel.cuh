@@ -25,6 +25,11 @@
 // Stream-K (Schedule::kCooperativeStreamK): swap rows on few tiles with a long K; unswapped rows where
 // the last wave of the persistent grid is nearly empty (decomposition, below).
 //
+// Programmatic dependent launch (Problem::pdl): the GEMM (and the K-slice sum after it) may launch while
+// the previous kernel on the stream runs; every CTA sets up, then waits (griddepcontrol.wait) before its
+// first global read, and lets the next kernel launch once its last tile's mainloop is done. Results are
+// the same bit for bit; only the launch gap and the prologue move (gemm/NOTES.md twelfth session).
+//
 // Unsupported: k % 128 != 0, n % 8 != 0 (rejected in sm90.cu), bias, batched problems.
 #pragma once
 
@@ -34,9 +39,10 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>
 
 #include "cute/tensor.hpp"
+#include "cutlass/arch/grid_dependency_control.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/detail/blockwise_scale_layout.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -171,6 +177,10 @@ int k_slices(const Problem& p) {
 // elements per thread (count % 4 == 0: n % 8 == 0 is checked in sm90.cu).
 template <class Out>
 __global__ void sum_k_slices(const float4* __restrict__ partials, int64_t count4, int slices, Out* __restrict__ out) {
+  // Launched programmatically after the GEMM that writes the partials: wait for it to end (a no-op in
+  // plain stream order), then let the next kernel start setting up.
+  cutlass::arch::wait_on_dependent_grids();
+  cutlass::arch::launch_dependent_grids();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count4; i += int64_t(gridDim.x) * blockDim.x) {
     float4 acc = partials[i];
     for (int l = 1; l < slices; ++l) {
@@ -194,6 +204,25 @@ __global__ void sum_k_slices(const float4* __restrict__ partials, int64_t count4
 inline size_t slice_partials_bytes(const Problem& p, int slices) {
   return (size_t(slices) * size_t(p.m) * size_t(p.n) * sizeof(float) + 255) / 256 * 256;
 }
+
+// Grid-dependency control for programmatic dependent launch (Problem::pdl), on the warp that copies the
+// scales with cp.async (load_auxiliary, once per tile):
+// - wait first: CUTLASS 4.2's cooperative kernel runs griddepcontrol.wait in its TMA producer warp but
+//   not in this one (the ping-pong kernel does), which could otherwise read scales before the previous
+//   kernel's writes are visible; after the first tile the wait returns at once;
+// - then let the next kernel launch: its CTAs take SMs as ours leave (or idle ones at once), set up,
+//   and wait for this grid to end before they read anything. CUTLASS's own trigger (the consumers',
+//   after the last tile) needs CUTLASS_ENABLE_GDC_FOR_SM90, which breaks the stream-K scheduler
+//   (setup.py); the trigger's timing is a performance hint only.
+template <class Base>
+struct PdlScaleCopies : Base {
+  template <class... Args>
+  CUTLASS_DEVICE void load_auxiliary(Args&&... args) {
+    cutlass::arch::wait_on_dependent_grids();
+    Base::load_auxiliary(static_cast<Args&&>(args)...);
+    cutlass::arch::launch_dependent_grids();
+  }
+};
 
 // The collective the builder made, with its weight-scale layout type replaced (the builder asks for
 // depth-2 scale layouts; the collective's loads index whatever layout it is given).
@@ -285,8 +314,8 @@ struct Gemm {
   // The same collective with our consumer loop (Config::kConsumer); only mma/mma_tail differ, so
   // shared storage, stages, the kernel and both schedulers (persistent, stream-K with its fixup)
   // are unchanged. The loop static_asserts the layouts and tiles it supports.
-  using ScaledMainloop =
-      std::conditional_t<kNestedSFA, typename WithLayoutSFA<BuiltMainloop, LayoutSFA>::type, BuiltMainloop>;
+  using ScaledMainloop = PdlScaleCopies<
+      std::conditional_t<kNestedSFA, typename WithLayoutSFA<BuiltMainloop, LayoutSFA>::type, BuiltMainloop>>;
   using CollectiveMainloop = std::conditional_t<Cfg::kConsumer == Consumer::kOverlap,
                                                 OverlapPromotionMainloop<ScaledMainloop>, ScaledMainloop>;
 
@@ -389,7 +418,9 @@ struct Gemm {
     // which the TMA descriptor does not need (sm90.cu checks what the kernel does need).
     Adapter op;
     cutlass::Status status = op.initialize(args, p.workspace, stream);
-    if (status == cutlass::Status::kSuccess) status = op.run(stream);
+    // p.pdl: programmatic dependent launch (gemm.h); the kernel's griddepcontrol instructions come from
+    // CUTLASS_GDC_ENABLED (setup.py) and PdlScaleCopies.
+    if (status == cutlass::Status::kSuccess) status = op.run(stream, nullptr, p.pdl);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     return status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorLaunchFailure;
@@ -410,12 +441,19 @@ cudaError_t launch_k_slices(const Problem& p, int slices, cudaStream_t stream) {
   const int64_t count4 = p.m * p.n / 4;
   const int blocks = int(std::min<int64_t>((count4 + 255) / 256, int64_t(p.sm_count) * 8));
   const auto* src = static_cast<const float4*>(p.workspace);
-  if (p.out_bf16) {
-    sum_k_slices<__nv_bfloat16><<<blocks, 256, 0, stream>>>(src, count4, slices, static_cast<__nv_bfloat16*>(p.d));
-  } else {
-    sum_k_slices<__half><<<blocks, 256, 0, stream>>>(src, count4, slices, static_cast<__half*>(p.d));
-  }
-  return cudaGetLastError();
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(256);
+  cfg.stream = stream;
+  cfg.attrs = &pdl;
+  cfg.numAttrs = p.pdl ? 1 : 0;
+  const cudaError_t err =
+      p.out_bf16 ? cudaLaunchKernelEx(&cfg, sum_k_slices<__nv_bfloat16>, src, count4, slices, static_cast<__nv_bfloat16*>(p.d))
+                 : cudaLaunchKernelEx(&cfg, sum_k_slices<__half>, src, count4, slices, static_cast<__half*>(p.d));
+  return err != cudaSuccess ? err : cudaGetLastError();
 }
 
 template <class Cfg>

@@ -86,6 +86,11 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
 per_token_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                        int64_t m, int64_t k, int64_t x_stride, int64_t s_ld) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A GEMM launched after this one with programmatic dependent launch (sm90_kernel.cuh) may start
+  // setting up now; it waits for this grid to end before it reads q and s.
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   const int lane = threadIdx.x % kLanesPerGroup;
   const int64_t row = int64_t(blockIdx.y) * kTokensPerBlock + threadIdx.x / kLanesPerGroup;
   const int64_t group = blockIdx.x;
