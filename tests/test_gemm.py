@@ -308,7 +308,10 @@ def test_reads_what_the_kernel_before_it_just_wrote(row):
         graph.replay()
         torch.cuda.synchronize()
         want_q, want_s = ops.per_token_group_quant(xs[i])
-        _assert_close(out, reference.gemm_ref(want_q, want_s, b, b_scale), f"graph, input {i}, row={row}")
+        # These activations have no per-group magnitude spread (unlike _operands'), so max|ref| is small
+        # and a bf16 rounding-boundary element can exceed u/16 max|ref|: the FP8 accumulation floor.
+        reference.assert_close_to_ref(out, reference.gemm_ref(want_q, want_s, b, b_scale),
+                                      f"graph, input {i}, row={row}", abs_floor=FP8_MMA_FLOOR)
 
 
 def test_programmatic_launch_changes_no_bits(tmp_path):

@@ -71,6 +71,7 @@ def test_sm90_switches_are_checked_at_import_values():
         ops.check_sm90_env({"BLOCKFP8_SM90_REDUCTION": "fast"})
     ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "0"})
     ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "1"})
+    ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "gemm"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_PDL='off'"):
         ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "off"})
 

@@ -97,8 +97,10 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // wherever the row would not take stream-K, N K slices where N divides the K blocks (the 128x32
 // and 128x64 _slicek rows), else N CUTLASS split-K partial tiles, those added in arrival order, as are
 // the stream-K partial tiles of every stream-K row (the swap-AB rows and the 128x128 _sk row).
-// BLOCKFP8_SM90_PDL (1 | 0, default 1): launch the GEMM (and its K-slice sum) with programmatic dependent
-// launch; 0 launches them in plain stream order (an A/B switch; the results are the same bit for bit).
+// BLOCKFP8_SM90_PDL (1 | gemm | 0, default 1): launch the GEMM (and its K-slice sum) with programmatic
+// dependent launch, and let the quantizer trigger it at its start (1) or not (gemm: the GEMM then launches
+// as the quantizer's CTAs exit); 0 launches them in plain stream order (an A/B switch; the results are
+// the same bit for bit).
 struct Sm90Switches {
   bool order_from_env = false;
   int raster = 0;
@@ -106,6 +108,7 @@ struct Sm90Switches {
   int splits = 0;
   bool nondeterministic_reduction = false;
   bool pdl = true;
+  bool quant_triggers = true;
 };
 
 const Sm90Switches& sm90_env_switches() {
@@ -124,7 +127,10 @@ const Sm90Switches& sm90_env_switches() {
     if (const char* n = std::getenv("BLOCKFP8_SM90_SPLITS"); n && *n) o.splits = std::max(0, std::atoi(n));
     if (const char* r = std::getenv("BLOCKFP8_SM90_REDUCTION"); r && *r)
       o.nondeterministic_reduction = std::string(r) == "nondeterministic";
-    if (const char* v = std::getenv("BLOCKFP8_SM90_PDL"); v && *v) o.pdl = std::string(v) != "0";
+    if (const char* v = std::getenv("BLOCKFP8_SM90_PDL"); v && *v) {
+      o.pdl = std::string(v) != "0";
+      o.quant_triggers = std::string(v) == "1";
+    }
     return o;
   }();
   return switches;
@@ -207,6 +213,7 @@ std::tuple<Tensor, Tensor> quantize(const Tensor& x_in, int64_t row, const Devic
   p.s = static_cast<float*>(s_buf.data_ptr());
   p.m = m, p.k = k, p.x_stride = x.stride(0), p.s_ld = m4;
   p.bf16 = x.scalar_type() == ScalarType::BFloat16;
+  p.trigger_dependents = sm90_env_switches().quant_triggers;
   int i = int(row);
   if (i < 0) {
     i = quant::select(p);

@@ -49,9 +49,9 @@ struct Problem {
   int splits = 0;
   bool nondeterministic_reduction = false;
   // Programmatic dependent launch (ops.cpp: on unless BLOCKFP8_SM90_PDL=0): the GEMM may launch
-  // before the previous kernel on the stream ends; its CTAs set up (barriers, descriptors) and wait
-  // in griddepcontrol.wait before their first global read, and they let the next kernel launch once
-  // their last tile's mainloop is done (sm90_kernel.cuh).
+  // before the previous kernel on the stream ends (where that kernel triggers it, as the quantizer
+  // does); its CTAs set up (barriers, descriptors) and wait in griddepcontrol.wait before their first
+  // global read (sm90_kernel.cuh).
   bool pdl = false;
   void* workspace = nullptr;       // >= workspace_bytes(row, problem) bytes, 16-byte aligned
   size_t workspace_size = 0;

@@ -26,9 +26,9 @@
 // the last wave of the persistent grid is nearly empty (decomposition, below).
 //
 // Programmatic dependent launch (Problem::pdl): the GEMM (and the K-slice sum after it) may launch while
-// the previous kernel on the stream runs; every CTA sets up, then waits (griddepcontrol.wait) before its
-// first global read, and lets the next kernel launch once its last tile's mainloop is done. Results are
-// the same bit for bit; only the launch gap and the prologue move (gemm/NOTES.md twelfth session).
+// the previous kernel on the stream runs (where that one triggers it early, as the quantizer does); every
+// CTA sets up, then waits (griddepcontrol.wait) before its first global read. Results are the same bit
+// for bit; only the launch gap and the prologue move (gemm/NOTES.md twelfth session).
 //
 // Unsupported: k % 128 != 0, n % 8 != 0 (rejected in sm90.cu), bias, batched problems.
 #pragma once
@@ -178,9 +178,8 @@ int k_slices(const Problem& p) {
 template <class Out>
 __global__ void sum_k_slices(const float4* __restrict__ partials, int64_t count4, int slices, Out* __restrict__ out) {
   // Launched programmatically after the GEMM that writes the partials: wait for it to end (a no-op in
-  // plain stream order), then let the next kernel start setting up.
+  // plain stream order).
   cutlass::arch::wait_on_dependent_grids();
-  cutlass::arch::launch_dependent_grids();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count4; i += int64_t(gridDim.x) * blockDim.x) {
     float4 acc = partials[i];
     for (int l = 1; l < slices; ++l) {
@@ -205,22 +204,19 @@ inline size_t slice_partials_bytes(const Problem& p, int slices) {
   return (size_t(slices) * size_t(p.m) * size_t(p.n) * sizeof(float) + 255) / 256 * 256;
 }
 
-// Grid-dependency control for programmatic dependent launch (Problem::pdl), on the warp that copies the
-// scales with cp.async (load_auxiliary, once per tile):
-// - wait first: CUTLASS 4.2's cooperative kernel runs griddepcontrol.wait in its TMA producer warp but
-//   not in this one (the ping-pong kernel does), which could otherwise read scales before the previous
-//   kernel's writes are visible; after the first tile the wait returns at once;
-// - then let the next kernel launch: its CTAs take SMs as ours leave (or idle ones at once), set up,
-//   and wait for this grid to end before they read anything. CUTLASS's own trigger (the consumers',
-//   after the last tile) needs CUTLASS_ENABLE_GDC_FOR_SM90, which breaks the stream-K scheduler
-//   (setup.py); the trigger's timing is a performance hint only.
+// Programmatic dependent launch (Problem::pdl) on the warp that copies the scales with cp.async
+// (load_auxiliary, once per tile): CUTLASS 4.2's cooperative kernel runs griddepcontrol.wait in its TMA
+// producer warp but not in this one (the ping-pong kernel does), which could otherwise read scales before
+// the previous kernel's writes are visible; so it waits first (after the first tile it returns at once).
+// The kernel does not trigger its own dependents early: a GEMM after it launches as its CTAs exit
+// (gemm/NOTES.md twelfth session: an early trigger, with the next GEMM's CTAs placed as ours left, ran
+// 5% slower at two points).
 template <class Base>
 struct PdlScaleCopies : Base {
   template <class... Args>
   CUTLASS_DEVICE void load_auxiliary(Args&&... args) {
     cutlass::arch::wait_on_dependent_grids();
     Base::load_auxiliary(static_cast<Args&&>(args)...);
-    cutlass::arch::launch_dependent_grids();
   }
 };
 

@@ -85,11 +85,11 @@ __device__ __forceinline__ float2 corrected_quotient(float x0, float x1, float s
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 per_token_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
-                       int64_t m, int64_t k, int64_t x_stride, int64_t s_ld) {
+                       int64_t m, int64_t k, int64_t x_stride, int64_t s_ld, bool trigger_dependents) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A GEMM launched after this one with programmatic dependent launch (sm90_kernel.cuh) may start
   // setting up now; it waits for this grid to end before it reads q and s.
-  asm volatile("griddepcontrol.launch_dependents;");
+  if (trigger_dependents) asm volatile("griddepcontrol.launch_dependents;");
 #endif
   const int lane = threadIdx.x % kLanesPerGroup;
   const int64_t row = int64_t(blockIdx.y) * kTokensPerBlock + threadIdx.x / kLanesPerGroup;
@@ -173,7 +173,7 @@ cudaError_t launch_lane16_typed(const TokenGroupProblem& p, cudaStream_t stream)
     const dim3 grid(static_cast<unsigned>(p.k / kGroup),
                     static_cast<unsigned>((rows + kTokensPerBlock - 1) / kTokensPerBlock));
     per_token_group_kernel<T><<<grid, kThreads, 0, stream>>>(
-        x + m0 * p.x_stride, p.q + m0 * p.k, p.s + m0, rows, p.k, p.x_stride, p.s_ld);
+        x + m0 * p.x_stride, p.q + m0 * p.k, p.s + m0, rows, p.k, p.x_stride, p.s_ld, p.trigger_dependents);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }

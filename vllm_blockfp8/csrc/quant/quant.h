@@ -19,6 +19,9 @@ struct TokenGroupProblem {
   float* s = nullptr;
   int64_t m = 0, k = 0, x_stride = 0, s_ld = 0;
   bool bf16 = true;
+  // Execute griddepcontrol.launch_dependents at the start (SM90+): a kernel launched after this one with
+  // programmatic dependent launch (the SM90 GEMM) may then launch and set up while this one runs.
+  bool trigger_dependents = false;
 };
 
 // Rows of the quantizer's table in selection order (data at the top of quant.cu; the table is
