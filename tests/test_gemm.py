@@ -270,13 +270,12 @@ def test_cuda_graph_replay(row, m):
         _assert_close(out, ref, f"graph replay row={row} M={m}")
 
 
-@pytest.mark.parametrize("row", ROWS)
-def test_reads_what_the_kernel_before_it_just_wrote(row):
-    """Every row launches with programmatic dependent launch (the default): it may start before the
-    kernel ahead of it on the stream ends, and must still read that kernel's output. Eagerly, a copy
-    kernel overwrites the activations right before each call (alternating two inputs); in a captured
-    graph, the quantizer writes them right before the GEMM, its outputs NaN-poisoned before every
-    replay. A read ahead of the writer gives the other input's product or NaN."""
+def _reads_what_was_just_written(row):
+    """The GEMM must read the output of the kernel just ahead of it on the stream, also where it is
+    launched programmatically (BLOCKFP8_SM90_PDL=1: it may start before that kernel ends). Eagerly, a
+    copy kernel overwrites the activations right before each call (alternating two inputs); in a
+    captured graph the quantizer writes them right before the GEMM, its outputs NaN-poisoned before
+    every replay. A read ahead of the writer gives the other input's product or NaN."""
     m, n, k = 300, 576, 1024
     inputs = [_operands(m, n, k, seed=s)[:2] for s in (21, 22)]
     _, _, b, b_scale = _operands(m, n, k, seed=23)
@@ -314,13 +313,32 @@ def test_reads_what_the_kernel_before_it_just_wrote(row):
                                       f"graph, input {i}, row={row}", abs_floor=FP8_MMA_FLOOR)
 
 
-def test_programmatic_launch_changes_no_bits(tmp_path):
-    """BLOCKFP8_SM90_PDL=0 (plain stream order, read once per process, so in a child process) gives
-    the same bits as the default programmatic launch, for every row."""
+@pytest.mark.parametrize("row", ROWS)
+def test_reads_what_the_kernel_before_it_just_wrote(row):
+    """In this process's launch mode (plain stream order unless BLOCKFP8_SM90_PDL is set)."""
+    _reads_what_was_just_written(row)
+
+
+def _child(code: str, env: dict, *args: str) -> None:
+    """Runs `code` in a fresh Python (the SM90 switches are read once per process) with `env` added."""
     import os
     import subprocess
     import sys
+    from pathlib import Path
 
+    subprocess.run([sys.executable, "-c", code, *args], env=dict(os.environ, **env), check=True, timeout=600,
+                   cwd=str(Path(__file__).resolve().parent))
+
+
+def test_programmatic_launch_reads_what_the_kernel_before_it_just_wrote():
+    """The same under BLOCKFP8_SM90_PDL=1 (every row launched programmatically, the quantizer
+    triggering the GEMM at its start), in a child process."""
+    _child("import test_gemm\nfor row in test_gemm.ROWS:\n    test_gemm._reads_what_was_just_written(row)\n",
+           {"BLOCKFP8_SM90_PDL": "1"})
+
+
+def test_programmatic_launch_changes_no_bits(tmp_path):
+    """BLOCKFP8_SM90_PDL=1 (in a child process) gives the same bits as plain stream order, for every row."""
     m, n, k = 83, 576, 2048
     a, a_scale, b, b_scale = _operands(m, n, k, seed=25)
     torch.save({"a": a.view(torch.uint8).cpu(), "a_scale": a_scale.cpu(), "b": b.view(torch.uint8).cpu(),
@@ -336,9 +354,7 @@ def test_programmatic_launch_changes_no_bits(tmp_path):
         "out = {r['name']: ops.blockfp8_gemm(a, s, b, d['b_scale'].cuda(), torch.bfloat16, row=r['name']).cpu()\n"
         "       for r in ops.tile_table('gemm')}\n"
         "torch.save(out, sys.argv[2])\n")
-    env = dict(os.environ, BLOCKFP8_SM90_PDL="0")
-    subprocess.run([sys.executable, "-c", child, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
-                   env=env, check=True, timeout=300)
+    _child(child, {"BLOCKFP8_SM90_PDL": "1"}, str(tmp_path / "in.pt"), str(tmp_path / "out.pt"))
     theirs = torch.load(tmp_path / "out.pt")
     assert sorted(theirs) == sorted(mine)
     for row in ROWS:

@@ -97,18 +97,19 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // wherever the row would not take stream-K, N K slices where N divides the K blocks (the 128x32
 // and 128x64 _slicek rows), else N CUTLASS split-K partial tiles, those added in arrival order, as are
 // the stream-K partial tiles of every stream-K row (the swap-AB rows and the 128x128 _sk row).
-// BLOCKFP8_SM90_PDL (1 | gemm | 0, default 1): launch the GEMM (and its K-slice sum) with programmatic
-// dependent launch, and let the quantizer trigger it at its start (1) or not (gemm: the GEMM then launches
-// as the quantizer's CTAs exit); 0 launches them in plain stream order (an A/B switch; the results are
-// the same bit for bit).
+// BLOCKFP8_SM90_PDL (0 | 1 | gemm, default 0): 1 launches the GEMM (and its K-slice sum) with programmatic
+// dependent launch and lets the quantizer trigger it at its start; gemm launches them so but without the
+// quantizer's trigger (the GEMM then launches as the quantizer's CTAs exit); 0, plain stream order. Off by
+// default: on the H200 `1` took 0.95x the full linear's time at M = 32..256 but up to 1.14x at one layer
+// (gemm/NOTES.md twelfth session). The results are the same bit for bit.
 struct Sm90Switches {
   bool order_from_env = false;
   int raster = 0;
   int max_swizzle = 1;
   int splits = 0;
   bool nondeterministic_reduction = false;
-  bool pdl = true;
-  bool quant_triggers = true;
+  bool pdl = false;
+  bool quant_triggers = false;
 };
 
 const Sm90Switches& sm90_env_switches() {
@@ -128,7 +129,7 @@ const Sm90Switches& sm90_env_switches() {
     if (const char* r = std::getenv("BLOCKFP8_SM90_REDUCTION"); r && *r)
       o.nondeterministic_reduction = std::string(r) == "nondeterministic";
     if (const char* v = std::getenv("BLOCKFP8_SM90_PDL"); v && *v) {
-      o.pdl = std::string(v) != "0";
+      o.pdl = std::string(v) == "1" || std::string(v) == "gemm";
       o.quant_triggers = std::string(v) == "1";
     }
     return o;

@@ -48,7 +48,7 @@ struct Problem {
   // (split-K or stream-K) add in arrival order.
   int splits = 0;
   bool nondeterministic_reduction = false;
-  // Programmatic dependent launch (ops.cpp: on unless BLOCKFP8_SM90_PDL=0): the GEMM may launch
+  // Programmatic dependent launch (ops.cpp: BLOCKFP8_SM90_PDL=1 or gemm; off by default): the GEMM may launch
   // before the previous kernel on the stream ends (where that kernel triggers it, as the quantizer
   // does); its CTAs set up (barriers, descriptors) and wait in griddepcontrol.wait before their first
   // global read (sm90_kernel.cuh).
