@@ -207,15 +207,21 @@ inline size_t slice_partials_bytes(const Problem& p, int slices) {
 // Programmatic dependent launch (Problem::pdl) on the warp that copies the scales with cp.async
 // (load_auxiliary, once per tile): CUTLASS 4.2's cooperative kernel runs griddepcontrol.wait in its TMA
 // producer warp but not in this one (the ping-pong kernel does), which could otherwise read scales before
-// the previous kernel's writes are visible; so it waits first (after the first tile it returns at once).
+// the previous kernel's writes are visible; so it waits before its first tile's copies (once: the
+// previous grid has ended when the wait returns; waiting before every tile of a persistent CTA was
+// 3-7% slower at prefill M even without a programmatic launch, gemm/NOTES.md twelfth session).
 // The kernel does not trigger its own dependents early: a GEMM after it launches as its CTAs exit
-// (gemm/NOTES.md twelfth session: an early trigger, with the next GEMM's CTAs placed as ours left, ran
-// 5% slower at two points).
+// (an early trigger, with the next GEMM's CTAs placed as ours left, ran 5% slower at two points).
 template <class Base>
 struct PdlScaleCopies : Base {
+  bool waited_for_previous_grid = false;
+
   template <class... Args>
   CUTLASS_DEVICE void load_auxiliary(Args&&... args) {
-    cutlass::arch::wait_on_dependent_grids();
+    if (!waited_for_previous_grid) {
+      cutlass::arch::wait_on_dependent_grids();
+      waited_for_previous_grid = true;
+    }
     Base::load_auxiliary(static_cast<Args&&>(args)...);
   }
 };
