@@ -320,14 +320,18 @@ def test_reads_what_the_kernel_before_it_just_wrote(row):
 
 
 def _child(code: str, env: dict, *args: str) -> None:
-    """Runs `code` in a fresh Python (the SM90 switches are read once per process) with `env` added."""
+    """Runs `code` in a fresh Python (the SM90 switches are read once per process) with `env` added, in
+    this directory (so `import test_gemm` works), the repository root first on its path (so an in-place
+    build imports as it does here)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    subprocess.run([sys.executable, "-c", code, *args], env=dict(os.environ, **env), check=True, timeout=600,
-                   cwd=str(Path(__file__).resolve().parent))
+    here = Path(__file__).resolve().parent
+    path = os.pathsep.join(p for p in (str(here.parent), os.environ.get("PYTHONPATH", "")) if p)
+    subprocess.run([sys.executable, "-c", code, *args], env=dict(os.environ, PYTHONPATH=path, **env), check=True,
+                   timeout=600, cwd=str(here))
 
 
 def test_programmatic_launch_reads_what_the_kernel_before_it_just_wrote():

@@ -2,7 +2,7 @@
 
     python tools/ab_compare.py BASE_ROW A.json B.json [A2.json B2.json ...] [--out merged.json] [--plot ratios.png]
     python tools/ab_compare.py selected A.json B.json ... [--only-selected ROW[,ROW]]
-    python tools/ab_compare.py --settings BASE_SETTING CAND1.json BASE1.json CAND2.json BASE2.json ...
+    python tools/ab_compare.py --settings BASE_SETTING CAND1.json BASE1.json CAND2.json BASE2.json ... [--op gemm|linear]
 
 Each pair of JSON files is one ab_gemm spec: the same forced rows timed in two processes with the
 row order reversed. Per point (shape, M) and candidate row, the ratio is the geometric mean over
@@ -33,13 +33,15 @@ from benchmarks.report import dump_json, geomean, load_json, save_png  # noqa: E
 SELECTED = "selected"
 
 
-def forced_times(path: Path) -> tuple[dict, dict]:
+def forced_times(path: Path, op: str | None = None) -> tuple[dict, dict]:
     """(header, {(shape, m, row): us}) of the forced rows (impl 'ours@ROW') of one run, plus row
-    `selected` (module docstring) at the points where the run's table selection is known."""
+    `selected` (module docstring) at the points where the run's table selection is known; only the
+    records of `op` (gemm / linear) when given (a `--ops both` run has both at every point)."""
     data = load_json(path)
+    records = [r for r in data["records"] if op is None or r.get("op") == op]
     times = {(r["shape"], r["m"], r["impl"].split("@", 1)[1]): r["us"]
-             for r in data["records"] if "@" in r["impl"]}
-    for r in data["records"]:
+             for r in records if "@" in r["impl"]}
+    for r in records:
         if r["impl"] == "ours" and r.get("row"):
             times[(r["shape"], r["m"], SELECTED)] = times.get((r["shape"], r["m"], r["row"]), r["us"])
     return data["header"], times
@@ -93,12 +95,14 @@ def main(argv=None) -> int:
                          "per row and point the ratio a / b, geomean over the pairs")
     ap.add_argument("--only-selected", default="",
                     help="comma-separated rows: keep the points where the table selected one of them")
+    ap.add_argument("--op", choices=("gemm", "linear"), default=None,
+                    help="only the records of this op (runs of bench_gemm --ops both hold both)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--plot", type=Path)
     a = ap.parse_args(argv)
     if len(a.runs) % 2:
         ap.error("give the JSON files in (a, b) pairs, one pair per ab_gemm spec")
-    loaded = [forced_times(p) for p in a.runs]
+    loaded = [forced_times(p, a.op) for p in a.runs]
     if a.only_selected:
         keep = set(a.only_selected.split(","))
         for p, (_, t) in zip(a.runs, loaded):

@@ -10,7 +10,10 @@ consumer loop); if it grows with the CTAs, by something they share (DRAM, L2).
 
 BLOCKFP8_SM90_SPLITS=1 keeps every row unsplit (no split-K, no K slices), so each CTA walks all of K;
 keep K below 96 blocks where the tiles are few, or the stream-K rule of the swap rows fires (the plan
-column says what ran). Each spec is ROW@M.
+column says what ran). Each spec is ROW@M. --plot draws per-block time against N (with the JSON of this
+run, or, with --replot, of earlier runs; no GPU needed then):
+
+  python tools/walk_probe.py --replot walk_cold.json walk_hot.json --plot walk.png
 """
 
 from __future__ import annotations
@@ -55,16 +58,46 @@ def time_point(row_index: int, m: int, n: int, k: int, replays: int, copies: int
     return t.us
 
 
+def plot(runs: list[tuple[str, list[dict]]], path: str) -> None:
+    """Per-block time against N, one line per (run, row, M)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, points in runs:
+        for key in sorted({(p["row"], p["m"], str(p.get("copies", "rotating"))) for p in points}):
+            pts = sorted((p["n"], p["per_block_us"]) for p in points if (p["row"], p["m"], str(p.get("copies", "rotating"))) == key)
+            hot = "" if key[2] == "rotating" else f", {key[2]} copies (L2-hot)"
+            ax.plot([n for n, _ in pts], [us for _, us in pts], marker="o", label=f"{key[0]} M={key[1]}{hot} [{label}]")
+    ax.set_xlabel("N (CTAs grow with N)")
+    ax.set_ylabel("us per 128-deep K block")
+    ax.set_ylim(bottom=0)
+    ax.set_title("time per K block (fit over K) against the number of CTAs")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    report.save_png(fig, Path(path), dpi=90)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", required=True, help="ROW@M[,ROW@M...]")
-    ap.add_argument("--n", required=True, help="comma-separated N")
-    ap.add_argument("--k", required=True, help="comma-separated K (multiples of 128, at least two)")
+    ap.add_argument("--replot", nargs="+", default=None, help="JSON files of earlier runs: only draw --plot")
+    ap.add_argument("--plot", default=None, help="PNG of per-block time against N")
+    ap.add_argument("--rows", help="ROW@M[,ROW@M...]")
+    ap.add_argument("--n", help="comma-separated N")
+    ap.add_argument("--k", help="comma-separated K (multiples of 128, at least two)")
     ap.add_argument("--replays", type=int, default=harness.MIN_REPLAYS)
     ap.add_argument("--copies", type=int, default=0,
                     help="weight copies per graph (default: enough to exceed L2; 2 keeps small weights L2-hot)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    if args.replot:
+        if not args.plot:
+            ap.error("--replot needs --plot")
+        plot([(Path(f).stem, json.load(open(f))["points"]) for f in args.replot], args.plot)
+        return 0
+    if not (args.rows and args.n and args.k):
+        ap.error("--rows, --n and --k are needed (or --replot)")
     if not (torch.cuda.is_available() and ops.HAS_CUDA_KERNELS):
         print("walk_probe: needs a CUDA GPU and the compiled extension", file=sys.stderr)
         return 2
@@ -92,6 +125,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "points": out}, f, indent=1)
+    if args.plot:
+        plot([("this run", out)], args.plot)
     return 0 if all(math.isfinite(r["per_block_us"]) for r in out) else 1
 
 

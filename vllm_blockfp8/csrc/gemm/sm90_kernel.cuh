@@ -207,9 +207,9 @@ inline size_t slice_partials_bytes(const Problem& p, int slices) {
 // Programmatic dependent launch (Problem::pdl) on the warp that copies the scales with cp.async
 // (load_auxiliary, once per tile): CUTLASS 4.2's cooperative kernel runs griddepcontrol.wait in its TMA
 // producer warp but not in this one (the ping-pong kernel does), which could otherwise read scales before
-// the previous kernel's writes are visible; so it waits before its first tile's copies (once: the
-// previous grid has ended when the wait returns; waiting before every tile of a persistent CTA was
-// 3-7% slower at prefill M even without a programmatic launch, gemm/NOTES.md twelfth session).
+// the previous kernel's writes are visible; so it waits before its first tile's copies, once: the
+// previous grid has ended when the wait returns. (Measured: with the PDL launch off, this build and the
+// one before any grid-dependency code took the same time at prefill M, gemm/NOTES.md twelfth session.)
 // The kernel does not trigger its own dependents early: a GEMM after it launches as its CTAs exit
 // (an early trigger, with the next GEMM's CTAs placed as ours left, ran 5% slower at two points).
 template <class Base>
