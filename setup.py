@@ -28,7 +28,7 @@ ARCH_SOURCES = {"9.0a": "gemm/sm90*.cu"}
 ARCH_DEFINES = {"9.0a": "BLOCKFP8_HAS_SM90_GEMM"}
 # Flags for an arch's own units only. CUTLASS_GDC_ENABLED turns CUTLASS's grid-dependency control on in
 # the SM90 kernels (griddepcontrol.wait before the producers' first global read), which programmatic
-# dependent launch needs; sm90_kernel.cuh adds the scale-copy warp's wait and the trigger. Not
+# dependent launch needs; sm90_kernel.cuh adds the scale-copy warp's wait. Not
 # CUTLASS_ENABLE_GDC_FOR_SM90, which also adds the consumers' trigger: with it CUTLASS 4.2's stream-K
 # scheduler does not compile (its const is_last_tile binds a member to a non-const reference).
 ARCH_UNIT_FLAGS = {"9.0a": ["-DCUTLASS_GDC_ENABLED"]}
