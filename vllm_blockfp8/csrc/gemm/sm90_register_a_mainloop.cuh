@@ -1,0 +1,188 @@
+// SM90 (sm_90a) block-FP8 consumer loop for 128x256 unswapped tiles with A (the activations) in
+// registers: each 32-deep K slice of a warpgroup's 64 rows is read from shared memory once and feeds
+// four 64x64x32 register-A wgmmas (one per 64-column quarter of the tile), instead of one 64x256 wgmma
+// per slice whose fp32 result would need a 128-register fragment on top of the 128 of the accumulator.
+//
+// Math (as sm90_overlap_mainloop.cuh): acc[i, j] = sum_kb fma(P_kb[i, j], S_kb[i, j], acc), P_kb the
+// fp32 wgmma result of one 128-deep K block, S_kb = fl(SFA[i] * SFB_kb[j / 128]) (per-token scale
+// times the weight block's), acc cleared to +0 first. Per quarter q of block kb the 4 wgmma of K = 32
+// go into one of two 32-register temporaries while quarter q - 1 is promoted (wait<1>); the last
+// quarter is drained (wait<0>) before the next block's A slices overwrite the registers its wgmma
+// read. The other warpgroup's wgmma fill that gap.
+//
+// Why (gemm/NOTES.md twelfth session): a CTA's shared memory moves, per output element and K block,
+// 128/TileN (A tile TMA) + 128/TileM (B tile TMA) + 128/N_wgmma (A reads) + 2 (B reads) bytes; the
+// 128x128 rows need 5 (640 cycles a block against 512 of tensor work), this tile 4.0 (1024 against
+// 1024): the tensor cores' rate, where 128x128 tiles stop at ~1.25x it.
+//
+// Layouts: the base collective's (CUTLASS 4.2 blockwise FP8, unswapped, granularity (1, 128, 128)):
+// A [128 x 128] and B [256 x 128] K-major swizzled tiles per stage, SFA 128 per-token scales per
+// stage (TMA), SFB the tile's two weight-block scales per stage (cp.async). The accumulator is the
+// kernel's fragment of the base's 64x256 wgmma (128 values per thread), whose values 32q..32q+31 are
+// exactly quarter q's 64x64 fragment (value i of an m64nN fragment is column 8 (i / 4) + ..., so a
+// 64-column quarter is 8 consecutive groups of 4), which the epilogue then takes as it is.
+//
+// Unsupported (static_assert): anything but 128x256x128 tiles, per-token scales along M and 128-wide
+// weight blocks along N. Contract with the kernel as in the overlap loop: k_tile_count >= 1 (<= 0
+// returns acc = 0 without touching the pipeline), every stage read is released here, mma_tail does
+// nothing.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+
+namespace blockfp8::gemm::sm90 {
+
+template <class Base>
+struct RegisterAMainloop : Base {
+  using typename Base::MainloopPipeline;
+  using typename Base::Params;
+  using typename Base::PipelineState;
+  using typename Base::TensorStorage;
+  using typename Base::TileShape;
+  using SmemLayoutA = typename Base::SmemLayoutA;
+  using SmemLayoutB = typename Base::SmemLayoutB;
+  using SmemLayoutSFA = typename Base::SmemLayoutSFA;
+  using SmemLayoutSFB = typename Base::SmemLayoutSFB;
+  using Scale = typename Base::ElementBlockScale;
+  using ElementA = typename Base::ElementA;
+
+  static constexpr int kTileM = cute::size<0>(TileShape{});
+  static constexpr int kTileN = cute::size<1>(TileShape{});
+  static constexpr int kTileK = cute::size<2>(TileShape{});
+  static constexpr int kQuarterN = 64;
+  static constexpr int kQuarters = kTileN / kQuarterN;
+  static constexpr int kWeightBlock = 128;
+  static_assert(kTileM == 128 && kTileN == 256 && kTileK == 128, "written for 128x256x128 tiles");
+  static_assert(Base::ScaleGranularityM == 1 && Base::ScaleMsPerTile == kTileM,
+                "per-token scales along M (unswapped rows)");
+  static_assert(Base::ScaleGranularityN == kWeightBlock && Base::ScaleGranularityK == kTileK,
+                "128x128 weight blocks, one scale block per stage");
+  // The weight scales are read at column 0 and 128 of the stage's (TileN, TileK) scale layout.
+  static_assert(decltype(cute::size<0>(SmemLayoutSFB{}))::value == kTileN &&
+                decltype(cute::size(cute::filter_zeros(SmemLayoutSFB{})))::value == 2 * Base::DispatchPolicy::Stages,
+                "two weight-block scales per stage");
+
+  // Two warpgroups along M, each 64 rows; one 64x64x32 register-A atom per quarter and K slice.
+  using RsTiledMma = decltype(cute::make_tiled_mma(cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_RS_TN<>{},
+                                                   cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
+    using namespace cute;
+    static_assert(is_rmem<FrgTensorC>::value, "accumulators must live in registers");
+    static_assert(decltype(size(accum))::value == kQuarters * 32, "the base's 64x256 fragment: 128 values");
+
+    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});  // (BLK_M, BLK_K, PIPE)
+    Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});  // (BLK_N, BLK_K, PIPE)
+
+    RsTiledMma tiled_mma;
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor tCrA = thr_mma.partition_fragment_A(sA(_, _, 0));  // (MMA, MMA_M, MMA_K) registers
+    Tensor tCsB = thr_mma.partition_B(sB);                     // (MMA, MMA_N, MMA_K, PIPE)
+    Tensor tCrB = thr_mma.make_fragment_B(tCsB);               // descriptors
+    CUTE_STATIC_ASSERT_V(size<1>(tCrA) == _1{});
+    CUTE_STATIC_ASSERT_V(size<1>(tCrB) == Int<kQuarters>{});
+
+    auto a_copy = make_tiled_copy_A(Copy_Atom<AutoVectorizingCopy, ElementA>{}, tiled_mma);
+    auto a_thr = a_copy.get_thread_slice(thread_idx);
+    Tensor tAsA = a_thr.partition_S(sA);    // (CPY, CPY_M, CPY_K, PIPE)
+    Tensor tArA = a_thr.retile_D(tCrA);     // (CPY, CPY_M, CPY_K)
+
+    // The stage's per-token scales seen as a (TileM, 64, PIPE) tensor (stride 0 along N), cut like a
+    // quarter's accumulators: element i is the scale of accumulator value i's row.
+    constexpr auto sfa = SmemLayoutSFA{};  // ((1, TileM), (128, 1), PIPE)
+    Tensor sRowScales = make_tensor(
+        make_smem_ptr(shared_tensors.smem_SFA.data()),
+        make_layout(make_shape(get<0>(shape(sfa)), Int<kQuarterN>{}, get<2>(shape(sfa))),
+                    make_stride(get<0>(stride(sfa)), _0{}, get<2>(stride(sfa)))));
+    Tensor tCsRow = thr_mma.partition_C(sRowScales);  // (MMA, MMA_M, MMA_N, PIPE)
+
+    Tensor tmp0 = partition_fragment_C(tiled_mma, Shape<Int<kTileM>, Int<kQuarterN>>{});  // (MMA, 1, 1)
+    Tensor tmp1 = make_fragment_like(tmp0);
+    CUTE_STATIC_ASSERT_V(size(tmp0) == Int<32>{});
+    CUTE_STATIC_ASSERT_V(shape(tCsRow(_, _, _, 0)) == shape(tmp0));
+    // Per weight block: fl(per-token scale * weight-block scale) for the rows of a quarter's values
+    // (stride 0 kept along the columns: 2 registers each).
+    Tensor scale0 = make_tensor_like<Scale>(tCsRow(_, _, _, 0));
+    Tensor scale1 = make_tensor_like<Scale>(tCsRow(_, _, _, 0));
+
+    clear(accum);  // the first promotion adds to +0, as the base's does
+    if (k_tile_count <= 0) return;
+
+    // One quarter (64 columns) of block `stage`: 4 wgmma of K = 32, the first overwriting `frag`.
+    auto issue_quarter = [&](auto q, auto& frag, int stage) {
+      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+      warpgroup_fence_operand(frag);
+      warpgroup_arrive();
+      CUTLASS_PRAGMA_UNROLL
+      for (int kk = 0; kk < size<2>(tCrA); ++kk) {
+        cute::gemm(tiled_mma, tCrA(_, 0, kk), tCrB(_, q, kk, stage), frag(_, 0, 0));
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_fence_operand(frag);
+    };
+    // acc values 32q..32q+31 += frag * scale (quarter q's weight block is q / 2).
+    auto promote_quarter = [&](auto q, auto& frag) {
+      constexpr int kQ = decltype(q)::value;
+      auto const& scale = [&]() -> auto const& {
+        if constexpr (kQ * kQuarterN / kWeightBlock == 0) return scale0; else return scale1;
+      }();
+      warpgroup_fence_operand(frag);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(frag); ++i) accum(kQ * 32 + i) = fmaf(frag(i), scale(i), accum(kQ * 32 + i));
+      warpgroup_fence_operand(accum);
+    };
+
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tile_count > 0; --k_tile_count) {
+      pipeline.consumer_wait(smem_pipe_read);
+      const int stage = smem_pipe_read.index();
+
+      // The block's scales: per-token scales of this thread's rows times each weight block's scale
+      // (the base's operand order), read before any of the block's wgmma is issued.
+      {
+        Tensor src = filter_zeros(tCsRow(_, _, _, stage));
+        Tensor dst0 = filter_zeros(scale0);
+        Tensor dst1 = filter_zeros(scale1);
+        const Scale sfb0 = shared_tensors.smem_SFB[SmemLayoutSFB{}(0, 0, stage)];
+        const Scale sfb1 = shared_tensors.smem_SFB[SmemLayoutSFB{}(Int<kWeightBlock>{}, 0, stage)];
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(dst0); ++i) {
+          dst0(i) = src(i) * sfb0;
+          dst1(i) = src(i) * sfb1;
+        }
+      }
+      // The block's A slices into registers (the previous block's wgmma, which read them, completed
+      // at its drain below).
+      warpgroup_fence_operand(tCrA);
+      copy(a_copy, tAsA(_, _, _, stage), tArA);
+      warpgroup_fence_operand(tCrA);
+
+      issue_quarter(Int<0>{}, tmp0, stage);
+      issue_quarter(Int<1>{}, tmp1, stage);
+      warpgroup_wait<1>();
+      promote_quarter(Int<0>{}, tmp0);
+      issue_quarter(Int<2>{}, tmp0, stage);
+      warpgroup_wait<1>();
+      promote_quarter(Int<1>{}, tmp1);
+      issue_quarter(Int<3>{}, tmp1, stage);
+      warpgroup_wait<1>();
+      promote_quarter(Int<2>{}, tmp0);
+      warpgroup_wait<0>();
+      pipeline.consumer_release(smem_pipe_read);
+      promote_quarter(Int<3>{}, tmp1);
+      ++smem_pipe_read;
+    }
+  }
+
+  // mma() released every stage of the tile.
+  CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
+};
+
+}  // namespace blockfp8::gemm::sm90
