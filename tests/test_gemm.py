@@ -25,6 +25,11 @@ kernel does not write fails the check.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import poison_cuda_cache
@@ -323,11 +328,6 @@ def _child(code: str, env: dict, *args: str) -> None:
     """Runs `code` in a fresh Python (the SM90 switches are read once per process) with `env` added, in
     this directory (so `import test_gemm` works), the repository root first on its path (so an in-place
     build imports as it does here)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     here = Path(__file__).resolve().parent
     path = os.pathsep.join(p for p in (str(here.parent), os.environ.get("PYTHONPATH", "")) if p)
     subprocess.run([sys.executable, "-c", code, *args], env=dict(os.environ, PYTHONPATH=path, **env), check=True,
