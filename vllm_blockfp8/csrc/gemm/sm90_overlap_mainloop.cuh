@@ -177,8 +177,9 @@ struct OverlapPromotionMainloop : Base {
 
     Tensor tmp0 = make_fragment_like(accum);
     Tensor tmp1 = make_fragment_like(accum);
-    const int barrier_id = static_cast<int>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) +
-                           __shfl_sync(0xffffffff, thread_idx / Parts::kWarpGroupThreads, 0);
+    // One named barrier per consumer warpgroup: user id 0 / 1, which NamedBarrier places after CUTLASS's
+    // reserved barriers (it adds ReservedNamedBarrierCount).
+    const uint32_t barrier_id = __shfl_sync(0xffffffff, thread_idx / Parts::kWarpGroupThreads, 0);
 
     clear(accum);  // the first promotion then adds to +0, as the base's does
     if (k_tile_count <= 0) return;
