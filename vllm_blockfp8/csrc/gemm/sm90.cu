@@ -119,10 +119,6 @@ bool swap_waves_fit(const Problem& p) {
   return p.m <= kSwapRowsAnyWavesUpToM || waves<Sm90Swap128x64>(p) <= waves<Sm90Coop128>(p);
 }
 
-// Candidate (forced only): the 128x64 `_slicek` row with 128-token tiles (overlap loop, scales from shared memory).
-using Sm90Swap128x128Sliced =
-    Config<true, 128, 128, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true, true>;
-
 // Candidate (forced only): the register-A consumer loop on unswapped 128x256 tiles (sm90_register_a_mainloop.cuh).
 using Sm90Coop128x256RegisterA = Config<false, 128, 256, 2, 1, Schedule::kCooperative, Consumer::kRegisterA>;
 
@@ -186,11 +182,6 @@ const Sm90Row kRows[] = {
       "candidate (forced only, compile-checked, not yet run): 128x256 tiles whose activation slices sit in registers "
       "and feed four 64-column register-A wgmmas: 4.0 shared-memory bytes per output element and K block against "
       "the 128x128 row's 5, the tensor cores' rate by the shared-memory model (gemm/NOTES.md twelfth session)"),
-  make_row<Sm90Swap128x128Sliced>("sm90_swapab_128x128x128_ovl_slicek", kUnboundedM,
-      "candidate (forced only, compile-checked, not yet run): 128 weight rows x 128 tokens, swap-AB, on our overlap "
-      "loop with the column scales read from shared memory while promoting (the register-held scales spilled), K "
-      "slices by the `_slicek` rule: 5 shared-memory bytes per element against the 128x64 row's 7; on CUTLASS's loop "
-      "this tile ran 1.217x the selected row (gemm/NOTES.md twelfth session)"),
 };
 // clang-format on
 

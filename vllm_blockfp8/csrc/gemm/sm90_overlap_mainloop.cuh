@@ -10,9 +10,7 @@
 // warpgroup can fill the gap). Here block k's wgmma goes into one of
 // two temporary fragments while block k-1's fragment is promoted (wait<1>): 3 fp32 fragments per
 // thread, 192 of the 232 registers setmaxnreg gives a consumer at the 128x128 cooperative tile
-// (48 at the 128x32 swap tile, 96 at 128x64). Swap-AB tiles with 128 token columns keep no scales in
-// registers (kScalesFromSmem): block k-1's column scales are read from its stage during its promotion,
-// and the stage is released after a warpgroup barrier (mma_scales_from_smem).
+// (48 at the 128x32 swap tile, 96 at 128x64).
 //
 // The scale layouts (unswapped: per-row SFA; swap-AB: per-column SFB), their partition like the
 // accumulators, the scale product, the per-block wgmma issue and the promotion are
@@ -56,15 +54,9 @@ struct OverlapPromotionMainloop : Base {
   using typename Base::TensorStorage;
   using typename Base::TiledMma;
   using Scale = typename Parts::Scale;
-  using SmemLayoutSFA = typename Parts::SmemLayoutSFA;
 
   static_assert(Parts::kAccPerThread <= 64,
                 "acc + two temporary fragments must fit the 232 consumer registers");
-  // Swap-AB tiles with 128 token columns (64 accumulators per thread, 32 distinct columns) cannot also
-  // hold two sets of 32 column scales in registers (486 bytes of spill): they read each column's scale
-  // from the stage during the promotion instead, and release the stage only after it (a warpgroup
-  // barrier first, since one thread per warpgroup releases; twelfth session).
-  static constexpr bool kScalesFromSmem = Parts::kColScales && Parts::kTileN > 64;
 
   // Consumer side. Called by the kernel with the work unit's first pipeline state and its
   // k_tile_count (>= 1: the persistent scheduler passes the tile's K blocks, the stream-K scheduler
@@ -73,18 +65,7 @@ struct OverlapPromotionMainloop : Base {
   // stage this call reads it also releases, so mma_tail has nothing left to do.
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
-                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const& params) {
-    if constexpr (kScalesFromSmem) {
-      mma_scales_from_smem(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors);
-    } else {
-      mma_scales_in_registers(pipeline, smem_pipe_read, accum, k_tile_count, thread_idx, shared_tensors, params);
-    }
-  }
-
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma_scales_in_registers(MainloopPipeline pipeline, PipelineState smem_pipe_read,
-                                              FrgTensorC& accum, int k_tile_count, int thread_idx,
-                                              TensorStorage& shared_tensors, Params const&) {
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
     using namespace cute;
     static_assert(is_rmem<FrgTensorC>::value, "accumulators must live in registers");
 
@@ -155,85 +136,6 @@ struct OverlapPromotionMainloop : Base {
         break;
       }
       step(tmp0, scale0, tmp1, scale1);
-    }
-  }
-
-  // The same schedule for kScalesFromSmem tiles: block k-1 is promoted with its scales read from its
-  // stage (fl(sfb[col] * sfa), the same product as load_scales), then the warpgroup meets at a named
-  // barrier so that no warp still reads the stage when its one signaling thread releases it.
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma_scales_from_smem(MainloopPipeline pipeline, PipelineState smem_pipe_read,
-                                           FrgTensorC& accum, int k_tile_count, int thread_idx,
-                                           TensorStorage& shared_tensors) {
-    using namespace cute;
-    static_assert(is_rmem<FrgTensorC>::value, "accumulators must live in registers");
-
-    TiledMma tiled_mma;
-    auto operands = Parts::operand_fragments(tiled_mma, thread_idx, shared_tensors);
-    Tensor tCrA = get<0>(operands);  // (MMA, MMA_M, MMA_K, PIPE)
-    Tensor tCrB = get<1>(operands);  // (MMA, MMA_N, MMA_K, PIPE)
-    Tensor tCsScale = Parts::partition_scales(shared_tensors, thread_idx);  // (MMA, MMA_M, MMA_N, PIPE)
-    CUTE_STATIC_ASSERT_V(shape(tCsScale(_, _, _, 0)) == shape(accum));
-
-    Tensor tmp0 = make_fragment_like(accum);
-    Tensor tmp1 = make_fragment_like(accum);
-    // One named barrier per consumer warpgroup: user id 0 / 1, which NamedBarrier places after CUTLASS's
-    // reserved barriers (it adds ReservedNamedBarrierCount).
-    const uint32_t barrier_id = __shfl_sync(0xffffffff, thread_idx / Parts::kWarpGroupThreads, 0);
-
-    clear(accum);  // the first promotion then adds to +0, as the base's does
-    if (k_tile_count <= 0) return;
-
-    int unissued = k_tile_count;
-    auto issue_next = [&](auto& frag) {
-      const int stage = smem_pipe_read.index();
-      Parts::issue_k_block(tiled_mma, tCrA, tCrB, frag, stage);
-      ++smem_pipe_read;
-      --unissued;
-      return stage;
-    };
-    // acc += frag * fl(sfb[col] * sfa) with the scales of `stage`, then release it.
-    auto promote_and_release = [&](auto& frag, int stage, PipelineState release) {
-      Tensor scales = tCsScale(_, _, _, stage);
-      const Scale sfa = shared_tensors.smem_SFA[SmemLayoutSFA{}(_0{}, _0{}, stage)];
-      warpgroup_fence_operand(frag);
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(accum); ++i) accum(i) = fmaf(frag(i), scales(i) * sfa, accum(i));
-      warpgroup_fence_operand(accum);
-      cutlass::arch::NamedBarrier::sync(Parts::kWarpGroupThreads, barrier_id);
-      pipeline.consumer_release(release);
-    };
-
-    pipeline.consumer_wait(smem_pipe_read);
-    PipelineState prev_state = smem_pipe_read;
-    int prev_stage = issue_next(tmp0);
-    auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read, unissued == 0);
-
-    auto step = [&](auto& next, auto& prev) {
-      pipeline.consumer_wait(smem_pipe_read, barrier_token);
-      const PipelineState next_state = smem_pipe_read;
-      const int next_stage = issue_next(next);
-      warpgroup_wait<1>();  // block k-1 complete, block k may still run
-      barrier_token = pipeline.consumer_try_wait(smem_pipe_read, unissued == 0);
-      promote_and_release(prev, prev_stage, prev_state);
-      prev_state = next_state;
-      prev_stage = next_stage;
-    };
-
-    CUTLASS_PRAGMA_NO_UNROLL
-    while (true) {
-      if (unissued == 0) {
-        warpgroup_wait<0>();
-        promote_and_release(tmp0, prev_stage, prev_state);
-        break;
-      }
-      step(tmp1, tmp0);
-      if (unissued == 0) {
-        warpgroup_wait<0>();
-        promote_and_release(tmp1, prev_stage, prev_state);
-        break;
-      }
-      step(tmp0, tmp1);
     }
   }
 
