@@ -5,10 +5,12 @@
 //
 // Math (as sm90_overlap_mainloop.cuh): acc[i, j] = sum_kb fma(P_kb[i, j], S_kb[i, j], acc), P_kb the
 // fp32 wgmma result of one 128-deep K block, S_kb = fl(SFA[i] * SFB_kb[j / 128]) (per-token scale
-// times the weight block's), acc cleared to +0 first. Per quarter q of block kb the 4 wgmma of K = 32
-// go into one of two 32-register temporaries while quarter q - 1 is promoted (wait<1>); the last
-// quarter is drained (wait<0>) before the next block's A slices overwrite the registers its wgmma
-// read. The other warpgroup's wgmma fill that gap.
+// times the weight block's), acc cleared to +0 first. Quarter q of block kb (4 wgmma of K = 32) goes
+// into one of two 32-register temporaries while quarter q - 1 is promoted (wait<1>). The warpgroup's
+// wgmma never drain between blocks: quarter 3 is issued one K slice per commit group, and as each of
+// its slices completes the next block's slice is loaded into the same registers (ldmatrix) and the
+// next block's quarter 0 issued on it. The first version drained every block and took ~1650 cycles
+// a block against 1024 of wgmma, which run at the tensor rate alone (gemm/NOTES.md thirteenth session).
 //
 // Why (gemm/NOTES.md twelfth session): a CTA's shared memory moves, per output element and K block,
 // 128/TileN (A tile TMA) + 128/TileM (B tile TMA) + 128/N_wgmma (A reads) + 2 (B reads) bytes; the
@@ -88,10 +90,16 @@ struct RegisterAMainloop : Base {
     CUTE_STATIC_ASSERT_V(size<1>(tCrA) == _1{});
     CUTE_STATIC_ASSERT_V(size<1>(tCrB) == Int<kQuarters>{});
 
-    auto a_copy = make_tiled_copy_A(Copy_Atom<AutoVectorizingCopy, ElementA>{}, tiled_mma);
+    // ldmatrix (x4, 8x8 b16 matrices): a thread's 4 registers of one K slice of an FP8 register-A
+    // fragment are rows g and g + 8, bytes 4t..4t+3 and 16 + 4t.., the four matrices' layout; one
+    // shared-memory instruction per slice instead of 4 generic 32-bit loads (call 2's SASS).
+    auto a_copy = make_tiled_copy_A(Copy_Atom<SM75_U32x4_LDSM_N, ElementA>{}, tiled_mma);
     auto a_thr = a_copy.get_thread_slice(thread_idx);
     Tensor tAsA = a_thr.partition_S(sA);    // (CPY, CPY_M, CPY_K, PIPE)
     Tensor tArA = a_thr.retile_D(tCrA);     // (CPY, CPY_M, CPY_K)
+    constexpr int kSteps = decltype(size<2>(tCrA))::value;  // K slices of 32 per block
+    static_assert(decltype(size<2>(tAsA))::value == kSteps && decltype(size<2>(tArA))::value == kSteps,
+                  "one ldmatrix.x4 per K slice");
 
     // The stage's per-token scales seen as a (TileM, 64, PIPE) tensor (stride 0 along N), cut like a
     // quarter's accumulators: element i is the scale of accumulator value i's row.
@@ -114,70 +122,101 @@ struct RegisterAMainloop : Base {
     clear(accum);  // the first promotion adds to +0, as the base's does
     if (k_tile_count <= 0) return;
 
-    // One quarter (64 columns) of block `stage`: 4 wgmma of K = 32, the first overwriting `frag`.
-    auto issue_quarter = [&](auto q, auto& frag, int stage) {
-      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+    // fl(per-token scale * the stage's scale of weight block `wb`) (the base's operand order).
+    auto load_scales = [&](auto& dst, int stage, auto wb) {
+      Tensor src = filter_zeros(tCsRow(_, _, _, stage));
+      Tensor d = filter_zeros(dst);
+      const Scale sfb = shared_tensors.smem_SFB[SmemLayoutSFB{}(Int<decltype(wb)::value * kWeightBlock>{}, 0, stage)];
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(d); ++i) d(i) = src(i) * sfb;
+    };
+    // K slice kk of the stage's activation rows into registers; the wgmma that read the slice before
+    // have completed (the callers' waits).
+    auto load_slice = [&](int kk, int stage) {
+      warpgroup_fence_operand(tCrA);
+      copy(a_copy, tAsA(_, _, kk, stage), tArA(_, _, kk));
+      warpgroup_fence_operand(tCrA);
+    };
+    // The wgmma of quarter q (64 columns) and K slice kk, the first slice overwriting `frag`.
+    auto gemm_step = [&](int q, int kk, auto& frag, int stage) {
+      tiled_mma.accumulate_ = kk == 0 ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+      cute::gemm(tiled_mma, tCrA(_, 0, kk), tCrB(_, q, kk, stage), frag(_, 0, 0));
+    };
+    // A whole quarter as one commit group.
+    auto issue_quarter = [&](int q, auto& frag, int stage) {
       warpgroup_fence_operand(frag);
       warpgroup_arrive();
       CUTLASS_PRAGMA_UNROLL
-      for (int kk = 0; kk < size<2>(tCrA); ++kk) {
-        cute::gemm(tiled_mma, tCrA(_, 0, kk), tCrB(_, q, kk, stage), frag(_, 0, 0));
-        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-      }
+      for (int kk = 0; kk < kSteps; ++kk) gemm_step(q, kk, frag, stage);
+      warpgroup_commit_batch();
+      warpgroup_fence_operand(frag);
+    };
+    // One K slice of a quarter as its own commit group.
+    auto issue_step = [&](int q, int kk, auto& frag, int stage) {
+      warpgroup_fence_operand(frag);
+      warpgroup_arrive();
+      gemm_step(q, kk, frag, stage);
       warpgroup_commit_batch();
       warpgroup_fence_operand(frag);
     };
     // acc values 32q..32q+31 += frag * scale (quarter q's weight block is q / 2).
-    auto promote_quarter = [&](auto q, auto& frag) {
-      constexpr int kQ = decltype(q)::value;
-      auto const& scale = [&]() -> auto const& {
-        if constexpr (kQ * kQuarterN / kWeightBlock == 0) return scale0; else return scale1;
-      }();
+    auto promote_quarter = [&](auto q, auto& frag, auto const& scale) {
+      constexpr int kFirst = decltype(q)::value * 32;  // a constant, so the accumulators stay registers
       warpgroup_fence_operand(frag);
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(frag); ++i) accum(kQ * 32 + i) = fmaf(frag(i), scale(i), accum(kQ * 32 + i));
+      for (int i = 0; i < size(frag); ++i) accum(kFirst + i) = fmaf(frag(i), scale(i), accum(kFirst + i));
       warpgroup_fence_operand(accum);
     };
 
+    // The first block: scales, all four slices, quarter 0.
+    pipeline.consumer_wait(smem_pipe_read);
+    int stage = smem_pipe_read.index();
+    load_scales(scale0, stage, Int<0>{});
+    load_scales(scale1, stage, Int<1>{});
+    CUTLASS_PRAGMA_UNROLL
+    for (int kk = 0; kk < kSteps; ++kk) load_slice(kk, stage);
+    issue_quarter(0, tmp0, stage);
+
+    // Each block starts with its quarter 0 issued (one group, or one per slice), its slices and
+    // scales loaded. Quarter 3 goes out one slice per group, so that slice kk of the next block can be
+    // loaded as soon as quarter 3's wgmma of slice kk completes, and the next block's quarter 0 issued
+    // slice by slice behind it: the warpgroup never drains its wgmma between blocks (call 1 measured
+    // ~600 cycles a block lost when it did, both warpgroups in step).
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k_tile_count > 0; --k_tile_count) {
-      pipeline.consumer_wait(smem_pipe_read);
-      const int stage = smem_pipe_read.index();
-
-      // The block's scales: per-token scales of this thread's rows times each weight block's scale
-      // (the base's operand order), read before any of the block's wgmma is issued.
-      {
-        Tensor src = filter_zeros(tCsRow(_, _, _, stage));
-        Tensor dst0 = filter_zeros(scale0);
-        Tensor dst1 = filter_zeros(scale1);
-        const Scale sfb0 = shared_tensors.smem_SFB[SmemLayoutSFB{}(0, 0, stage)];
-        const Scale sfb1 = shared_tensors.smem_SFB[SmemLayoutSFB{}(Int<kWeightBlock>{}, 0, stage)];
+      issue_quarter(1, tmp1, stage);
+      warpgroup_wait<1>();
+      promote_quarter(Int<0>{}, tmp0, scale0);
+      issue_quarter(2, tmp0, stage);
+      warpgroup_wait<1>();
+      promote_quarter(Int<1>{}, tmp1, scale0);
+      CUTLASS_PRAGMA_UNROLL
+      for (int kk = 0; kk < kSteps; ++kk) issue_step(3, kk, tmp1, stage);
+      warpgroup_wait<kSteps>();
+      promote_quarter(Int<2>{}, tmp0, scale1);
+      if (k_tile_count > 1) {
+        PipelineState next = smem_pipe_read;
+        ++next;
+        pipeline.consumer_wait(next);
+        const int next_stage = next.index();
+        load_scales(scale0, next_stage, Int<0>{});  // quarters 0 and 1 of this block are promoted
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(dst0); ++i) {
-          dst0(i) = src(i) * sfb0;
-          dst1(i) = src(i) * sfb1;
+        for (int kk = 0; kk < kSteps; ++kk) {
+          // kSteps - 1 groups left: quarter 3's slices after kk and the next quarter 0's before it.
+          warpgroup_wait<kSteps - 1>();
+          load_slice(kk, next_stage);
+          issue_step(0, kk, tmp0, next_stage);
         }
+        pipeline.consumer_release(smem_pipe_read);  // quarter 3 completed at the last wait
+        promote_quarter(Int<3>{}, tmp1, scale1);
+        load_scales(scale1, next_stage, Int<1>{});
+        smem_pipe_read = next;
+        stage = next_stage;
+      } else {
+        warpgroup_wait<0>();
+        pipeline.consumer_release(smem_pipe_read);
+        promote_quarter(Int<3>{}, tmp1, scale1);
       }
-      // The block's A slices into registers (the previous block's wgmma, which read them, completed
-      // at its drain below).
-      warpgroup_fence_operand(tCrA);
-      copy(a_copy, tAsA(_, _, _, stage), tArA);
-      warpgroup_fence_operand(tCrA);
-
-      issue_quarter(Int<0>{}, tmp0, stage);
-      issue_quarter(Int<1>{}, tmp1, stage);
-      warpgroup_wait<1>();
-      promote_quarter(Int<0>{}, tmp0);
-      issue_quarter(Int<2>{}, tmp0, stage);
-      warpgroup_wait<1>();
-      promote_quarter(Int<1>{}, tmp1);
-      issue_quarter(Int<3>{}, tmp1, stage);
-      warpgroup_wait<1>();
-      promote_quarter(Int<2>{}, tmp0);
-      warpgroup_wait<0>();
-      pipeline.consumer_release(smem_pipe_read);
-      promote_quarter(Int<3>{}, tmp1);
-      ++smem_pipe_read;
     }
   }
 
