@@ -6,16 +6,18 @@
 // Math (as sm90_overlap_mainloop.cuh): acc[i, j] = sum_kb fma(P_kb[i, j], S_kb[i, j], acc), P_kb the
 // fp32 wgmma result of one 128-deep K block, S_kb = fl(SFA[i] * SFB_kb[j / 128]) (per-token scale
 // times the weight block's), acc cleared to +0 first. Quarter q of block kb (4 wgmma of K = 32) goes
-// into one of two 32-register temporaries while quarter q - 1 is promoted (wait<1>). The warpgroup's
-// wgmma never drain between blocks: quarter 3 is issued one K slice per commit group, and as each of
-// its slices completes the next block's slice is loaded into the same registers (ldmatrix) and the
-// next block's quarter 0 issued on it. The first version drained every block and took ~1650 cycles
-// a block against 1024 of wgmma, which run at the tensor rate alone (gemm/NOTES.md thirteenth session).
+// into one of two 32-register temporaries while quarter q - 1 is promoted (wait<1>); block kb's
+// quarter 3 is promoted while block kb+1's quarter 0 runs. Quarter 3 is issued one K slice per commit
+// group, and as each slice completes, block kb+1's slice is loaded into the same registers
+// (ldmatrix), so the warpgroup's wgmma stop only for the last slice's load. The first version drained
+// every block after a full reload and took ~1650 cycles a block against 1024 of wgmma, which run at
+// the tensor rate on their own (gemm/NOTES.md thirteenth session).
 //
-// Why (gemm/NOTES.md twelfth session): a CTA's shared memory moves, per output element and K block,
-// 128/TileN (A tile TMA) + 128/TileM (B tile TMA) + 128/N_wgmma (A reads) + 2 (B reads) bytes; the
-// 128x128 rows need 5 (640 cycles a block against 512 of tensor work), this tile 4.0 (1024 against
-// 1024): the tensor cores' rate, where 128x128 tiles stop at ~1.25x it.
+// Why: a 128x256 tile moves 2/3 of the 128x128 tile's global bytes per output (A once per 256
+// columns, B once per 128 rows), which matters at prefill occupancy, where the 128x128 row's time
+// per K block grows ~30% with the CTA count (gemm/NOTES.md thirteenth session); its 64x256 fragment
+// per warpgroup leaves no registers for a 64x256 wgmma result, hence four 64-wide ones from
+// register-held A.
 //
 // Layouts: the base collective's (CUTLASS 4.2 blockwise FP8, unswapped, granularity (1, 128, 128)):
 // A [128 x 128] and B [256 x 128] K-major swizzled tiles per stage, SFA 128 per-token scales per
@@ -98,6 +100,7 @@ struct RegisterAMainloop : Base {
     Tensor tAsA = a_thr.partition_S(sA);    // (CPY, CPY_M, CPY_K, PIPE)
     Tensor tArA = a_thr.retile_D(tCrA);     // (CPY, CPY_M, CPY_K)
     constexpr int kSteps = decltype(size<2>(tCrA))::value;  // K slices of 32 per block
+    static_assert(kSteps == 4, "the loop below refills 4 slices");
     static_assert(decltype(size<2>(tAsA))::value == kSteps && decltype(size<2>(tArA))::value == kSteps,
                   "one ldmatrix.x4 per K slice");
 
@@ -168,22 +171,31 @@ struct RegisterAMainloop : Base {
       warpgroup_fence_operand(accum);
     };
 
-    // The first block: scales, all four slices, quarter 0.
+    // The first block's scale0 and slices; quarter 3 of "block -1" is a zero fragment with zero scales.
     pipeline.consumer_wait(smem_pipe_read);
     int stage = smem_pipe_read.index();
     load_scales(scale0, stage, Int<0>{});
-    load_scales(scale1, stage, Int<1>{});
     CUTLASS_PRAGMA_UNROLL
     for (int kk = 0; kk < kSteps; ++kk) load_slice(kk, stage);
-    issue_quarter(0, tmp0, stage);
+    clear(tmp1);
+    clear(scale1);
 
-    // Each block starts with its quarter 0 issued (one group, or one per slice), its slices and
-    // scales loaded. Quarter 3 goes out one slice per group, so that slice kk of the next block can be
-    // loaded as soon as quarter 3's wgmma of slice kk completes, and the next block's quarter 0 issued
-    // slice by slice behind it: the warpgroup never drains its wgmma between blocks (call 1 measured
-    // ~600 cycles a block lost when it did, both warpgroups in step).
+    // Block b: quarter 0 first, then block b-1's quarter 3 promoted while it runs; quarter q promoted
+    // while q + 1 runs; quarter 3 issued one K slice per commit group, and as each of its slices
+    // completes, block b+1's slice is loaded into the same registers (ldmatrix), so the warpgroup's
+    // wgmma stop only for the last slice's load. No wgmma is in flight across the loop's back edge:
+    // with one there, ptxas serialized every wgmma of the kernel (C7514, call 4's SASS). The last
+    // block loads its own stage again as "next" (no branch around the waits).
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k_tile_count > 0; --k_tile_count) {
+      const bool has_next = k_tile_count > 1;
+      issue_quarter(0, tmp0, stage);
+      // Nothing but quarter 0 is in flight here; the wait tells ptxas that block b-1's quarter 3 has
+      // completed (without it ptxas injected a full wait here, C7517: it does not carry that across
+      // the back edge).
+      warpgroup_wait<1>();
+      promote_quarter(Int<3>{}, tmp1, scale1);  // block b-1's (zero before the first block)
+      load_scales(scale1, stage, Int<1>{});
       issue_quarter(1, tmp1, stage);
       warpgroup_wait<1>();
       promote_quarter(Int<0>{}, tmp0, scale0);
@@ -194,30 +206,26 @@ struct RegisterAMainloop : Base {
       for (int kk = 0; kk < kSteps; ++kk) issue_step(3, kk, tmp1, stage);
       warpgroup_wait<kSteps>();
       promote_quarter(Int<2>{}, tmp0, scale1);
-      if (k_tile_count > 1) {
-        PipelineState next = smem_pipe_read;
+      PipelineState next = smem_pipe_read;
+      if (has_next) {
         ++next;
         pipeline.consumer_wait(next);
-        const int next_stage = next.index();
-        load_scales(scale0, next_stage, Int<0>{});  // quarters 0 and 1 of this block are promoted
-        CUTLASS_PRAGMA_UNROLL
-        for (int kk = 0; kk < kSteps; ++kk) {
-          // kSteps - 1 groups left: quarter 3's slices after kk and the next quarter 0's before it.
-          warpgroup_wait<kSteps - 1>();
-          load_slice(kk, next_stage);
-          issue_step(0, kk, tmp0, next_stage);
-        }
-        pipeline.consumer_release(smem_pipe_read);  // quarter 3 completed at the last wait
-        promote_quarter(Int<3>{}, tmp1, scale1);
-        load_scales(scale1, next_stage, Int<1>{});
-        smem_pipe_read = next;
-        stage = next_stage;
-      } else {
-        warpgroup_wait<0>();
-        pipeline.consumer_release(smem_pipe_read);
-        promote_quarter(Int<3>{}, tmp1, scale1);
       }
+      const int next_stage = next.index();
+      load_scales(scale0, next_stage, Int<0>{});
+      warpgroup_wait<kSteps - 1>();
+      load_slice(0, next_stage);
+      warpgroup_wait<kSteps - 2>();
+      load_slice(1, next_stage);
+      warpgroup_wait<kSteps - 3>();
+      load_slice(2, next_stage);
+      warpgroup_wait<0>();
+      load_slice(3, next_stage);
+      pipeline.consumer_release(smem_pipe_read);  // every wgmma of block b has completed
+      smem_pipe_read = next;
+      stage = next_stage;
     }
+    promote_quarter(Int<3>{}, tmp1, scale1);
   }
 
   // mma() released every stage of the tile.
