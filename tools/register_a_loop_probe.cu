@@ -1,12 +1,13 @@
 // The register-A consumer loop without its pipeline (an H200 diagnostic; not part of the extension).
 //
-// Question (gemm/NOTES.md, thirteenth session): `sm90_coop_128x256x128_c2x1_rs` takes ~1350 cycles a
-// K block where its 32 m64n64k32 register-A wgmma need 1024 (they run at the tensor rate on their own:
+// Question (gemm/NOTES.md, thirteenth session): the removed candidate `sm90_coop_128x256x128_c2x1_rs`
+// (its consumer loop: sm90_register_a_mainloop.cuh at git 7750437) took ~1450 cycles a K block in the
+// kernel where its 32 m64n64k32 register-A wgmma need 1024 (they run at the tensor rate on their own:
 // tools/wgmma_rate_probe.cu). Is the loop itself slow (slice loads, promotions, waits), or what the
 // kernel adds around it (TMA refills, barriers, the 2-CTA cluster's multicast)?
 // Each CTA here (one per SM, 2 consumer warpgroups, no producer) walks `blocks` K blocks over
 // `Stages` shared-memory stages that were filled once: per block and warpgroup the same sequence as
-// sm90_register_a_mainloop.cuh's schedule (quarter 0; the previous block's quarter 3 promoted; quarters
+// that loop's schedule (quarter 0; the previous block's quarter 3 promoted; quarters
 // 1 and 2 each promoted behind the next; quarter 3 one K slice per group with the next block's slices
 // loaded by ldmatrix as they free up), with the promotions and scale loads. Variant: the slices are
 // loaded once and never reloaded (what the reloads and their waits cost).

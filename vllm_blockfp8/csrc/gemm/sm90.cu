@@ -119,10 +119,6 @@ bool swap_waves_fit(const Problem& p) {
   return p.m <= kSwapRowsAnyWavesUpToM || waves<Sm90Swap128x64>(p) <= waves<Sm90Coop128>(p);
 }
 
-// Candidate (forced only): the register-A consumer loop on unswapped 128x256 tiles (sm90_register_a_mainloop.cuh).
-using Sm90Coop128x256RegisterA = Config<false, 128, 256, 2, 1, Schedule::kCooperative, Consumer::kRegisterA>;
-using Sm90Coop128x256RegisterA1x1 = Config<false, 128, 256, 1, 1, Schedule::kCooperative, Consumer::kRegisterA>;
-
 // Selection precondition of the stream-K 128x128 row: its rule (sm90_kernel.cuh, tail_wave_stream_k)
 // takes stream-K for this problem; elsewhere the persistent row below runs it.
 using Sm90Coop128StreamK = Config<false, 128, 128, 2, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>;
@@ -179,13 +175,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_row<Sm90Coop128x256RegisterA>("sm90_coop_128x256x128_c2x1_rs", kUnboundedM,
-      "candidate (forced only): 128x256 tiles whose activation slices sit in registers and feed four 64-column "
-      "register-A wgmmas, 2/3 of the 128x128 row's global bytes per output; 1.165x the selected row at M = 2048..8192 "
-      "so far (gemm/NOTES.md thirteenth session)"),
-  make_row<Sm90Coop128x256RegisterA1x1>("sm90_coop_128x256x128_c1x1_rs", kUnboundedM,
-      "candidate (forced only): the row above without the 2-CTA cluster, to tell the cluster's coupling from the "
-      "loop's cost (gemm/NOTES.md thirteenth session)"),
 };
 // clang-format on
 

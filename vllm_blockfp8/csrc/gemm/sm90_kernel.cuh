@@ -57,7 +57,6 @@
 
 #include "sm90_kernel.h"
 #include "sm90_overlap_mainloop.cuh"
-#include "sm90_register_a_mainloop.cuh"
 
 namespace blockfp8::gemm::sm90 {
 
@@ -319,9 +318,8 @@ struct Gemm {
   // are unchanged. The loop static_asserts the layouts and tiles it supports.
   using ScaledMainloop = PdlScaleCopies<
       std::conditional_t<kNestedSFA, typename WithLayoutSFA<BuiltMainloop, LayoutSFA>::type, BuiltMainloop>>;
-  using CollectiveMainloop = std::conditional_t<
-      Cfg::kConsumer == Consumer::kOverlap, OverlapPromotionMainloop<ScaledMainloop>,
-      std::conditional_t<Cfg::kConsumer == Consumer::kRegisterA, RegisterAMainloop<ScaledMainloop>, ScaledMainloop>>;
+  using CollectiveMainloop = std::conditional_t<Cfg::kConsumer == Consumer::kOverlap,
+                                                OverlapPromotionMainloop<ScaledMainloop>, ScaledMainloop>;
 
   using Scheduler = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler,
                                        cutlass::gemm::PersistentScheduler>;

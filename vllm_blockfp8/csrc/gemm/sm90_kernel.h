@@ -28,8 +28,6 @@ enum class Consumer {
   kCutlass,  // CUTLASS's own: each K block's wgmma drained (wait<0>), then promoted
   kOverlap,  // sm90_overlap_mainloop.cuh: block k-1 promoted under block k's wgmma (one atom of
              // M per warpgroup; unswapped and swap-AB rows)
-  kRegisterA,  // sm90_register_a_mainloop.cuh: unswapped 128x256 tiles, A slices in registers feeding
-               // four 64-column register-A wgmmas, each quarter promoted under the next one's
 };
 
 // kSwapAB: the kernel computes D^T = B * A^T, so the weight rows (n) fill the 128-row wgmma M side
