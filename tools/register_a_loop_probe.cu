@@ -19,11 +19,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
 
 #include "cute/tensor.hpp"
 #include "cute/arch/mma_sm90.hpp"
 #include "cute/atom/mma_traits_sm90_gmma.hpp"
+#include "probe_util.cuh"
 
 using namespace cute;
 using Fp8 = cutlass::float_e4m3_t;
@@ -177,11 +177,7 @@ double run(int sms, long long* cycles, float* sink, const char* name, FILE* json
     printf("%-28s error %s\n", name, cudaGetErrorString(cudaGetLastError()));
     return -1;
   }
-  long long host[1024];
-  cudaMemcpy(host, cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
-  long long worst = 0;
-  for (int i = 0; i < sms; ++i) worst = host[i] > worst ? host[i] : worst;
-  const double per = double(worst) / blocks;
+  const double per = double(worst_cta_cycles(cycles, sms)) / blocks;
   printf("%-28s %7.1f cycles per K block  %5.2fx the 1024 of wgmma\n", name, per, per / 1024.0);
   if (json)
     fprintf(json, "  {\"name\": \"%s\", \"cycles_per_block\": %.1f, \"over_wgmma\": %.3f}%s\n", name, per,
@@ -197,14 +193,7 @@ int main(int argc, char** argv) {
   cudaMalloc(&cycles, sms * sizeof(long long));
   cudaMalloc(&sink, sizeof(float));
   FILE* json = nullptr;
-  if (argc > 1) {
-    cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
-    const char* git = getenv("BLOCKFP8_GIT_STATE");
-    json = fopen(argv[1], "w");
-    fprintf(json, "{\"gpu\": \"%s\", \"git\": \"%s\", \"sms\": %d, \"blocks\": 4000, \"results\": [\n", prop.name,
-            git ? git : "unknown", sms);
-  }
+  if (argc > 1) json = open_probe_json(argv[1], sms, "\"blocks\": 4000, ");
   run<true>(sms, cycles, sink, "the loop", json, false);
   run<false>(sms, cycles, sink, "the loop, no slice reloads", json, true);
   if (json) {

@@ -18,13 +18,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "cute/tensor.hpp"
 #include "cute/arch/mma_sm90.hpp"
 #include "cute/atom/mma_traits_sm90_gmma.hpp"
+#include "probe_util.cuh"
 
 using namespace cute;
 using Fp8 = cutlass::float_e4m3_t;
@@ -129,11 +129,7 @@ void run(std::vector<Result>& out, int sms, long long* cycles, float* sink) {
     printf("%-44s error %s\n", name, cudaGetErrorString(err));
     return;
   }
-  std::vector<long long> host(sms);
-  cudaMemcpy(host.data(), cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
-  long long worst = 0;
-  for (long long c : host) worst = c > worst ? c : worst;
-  const double per = double(worst) / (double(iters) * 4 * Chains * WGs);
+  const double per = double(worst_cta_cycles(cycles, sms)) / (double(iters) * 4 * Chains * WGs);
   out.push_back({name, N, Chains, WGs, per, per / (N / 2.0)});
   printf("%-44s %7.1f cycles/wgmma  %5.2fx tensor\n", name, per, per / (N / 2.0));
 }
@@ -171,14 +167,7 @@ int main(int argc, char** argv) {
   sweep<false>(out, sms, cycles, sink);
   sweep<true>(out, sms, cycles, sink);
   if (argc > 1) {
-    cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
-    int runtime = 0;
-    cudaRuntimeGetVersion(&runtime);
-    const char* git = getenv("BLOCKFP8_GIT_STATE");  // the device's copy has no .git (h200_check.sh)
-    FILE* f = fopen(argv[1], "w");
-    fprintf(f, "{\"gpu\": \"%s\", \"cuda_runtime\": %d, \"git\": \"%s\", \"sms\": %d, \"iters\": 2000, \"results\": [\n",
-            prop.name, runtime, git ? git : "unknown", sms);
+    FILE* f = open_probe_json(argv[1], sms, "\"iters\": 2000, ");
     for (size_t i = 0; i < out.size(); ++i)
       fprintf(f, "  {\"name\": \"%s\", \"n\": %d, \"chains\": %d, \"wgs\": %d, \"cycles_per_wgmma\": %.2f, \"over_tensor\": %.3f}%s\n",
               out[i].name.c_str(), out[i].n, out[i].chains, out[i].wgs, out[i].cycles_per_wgmma,

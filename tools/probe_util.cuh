@@ -1,0 +1,33 @@
+// Host helpers shared by the clock64 probes (tools/wgmma_rate_probe.cu, tools/register_a_loop_probe.cu):
+// each probe kernel writes its CTA's cycle count to cycles[blockIdx.x]; the slowest CTA is the time.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+// The largest per-CTA cycle count of the last launch (one CTA per SM).
+inline long long worst_cta_cycles(const long long* device_cycles, int ctas) {
+  std::vector<long long> host(ctas);
+  cudaMemcpy(host.data(), device_cycles, ctas * sizeof(long long), cudaMemcpyDeviceToHost);
+  long long worst = 0;
+  for (long long c : host) worst = c > worst ? c : worst;
+  return worst;
+}
+
+// Opens `path` and writes the result header up to the opening of the "results" array: GPU, CUDA
+// runtime, git state (BLOCKFP8_GIT_STATE: the device's copy of the tree has no .git, see
+// tools/h200_check.sh), SM count, plus `extra` ("\"key\": value, " pairs) from the probe.
+inline FILE* open_probe_json(const char* path, int sms, const char* extra) {
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  const char* git = getenv("BLOCKFP8_GIT_STATE");
+  FILE* f = fopen(path, "w");
+  fprintf(f, "{\"gpu\": \"%s\", \"cuda_runtime\": %d, \"git\": \"%s\", \"sms\": %d, %s\"results\": [\n", prop.name,
+          runtime, git ? git : "unknown", sms, extra);
+  return f;
+}
