@@ -15,6 +15,8 @@
 #   bench_gemm_order GEMM only at M = 2048..8192 under each BLOCKFP8_SM90_RASTER:SWIZZLE in GEMM_ORDERS
 #   tests_gemm_order the GPU GEMM tests under each setting of GEMM_ORDERS at every M (ragged tile grids)
 #   gemv_probe   tools/gemv_read_probe.cu: the GEMV's weight-load pattern alone vs a plain stream
+#   tma_probe    tools/tma_ingress_probe.cu: TMA ingress per SM by source and active SMs; wgmma against a
+#                concurrent TMA writer (does the writer take shared-memory bandwidth from wgmma?)
 #   wgmma_probe  tools/wgmma_rate_probe.cu: cycles per FP8 wgmma by N, chains, issue order, warpgroups;
 #                tools/register_a_loop_probe.cu: the register-A consumer loop without its pipeline
 #   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST[@SHAPES]" in GEMM_AB
@@ -138,6 +140,9 @@ for s in "$@"; do
                   && nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
                   -I /tmp/site/cutlass_library/source/include tools/register_a_loop_probe.cu -o /tmp/register_a_loop_probe \
                   && /tmp/register_a_loop_probe benchmarks/results/register_a_loop_probe.json' ;;
+    tma_probe) stage tma_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
+                  --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include tools/tma_ingress_probe.cu \
+                  -o /tmp/tma_ingress_probe && /tmp/tma_ingress_probe benchmarks/results/tma_ingress_probe.json' ;;
     ab_gemm)  # candidate rows against the row they would replace, both run orders (gemm/NOTES.md)
       stage ab_gemm ${CAP_AB:-300} bash -c 'set -- ${GEMM_AB:?set GEMM_AB}; n=$#; i=0; for spec in "$@"; do
         i=$((i + 1)); IFS=@ read -r rows ms shp <<< "$spec"; rev=$(echo "$rows" | tr , "\n" | tac | paste -sd,)
