@@ -489,8 +489,11 @@ std::string op_gemm_k_plan(int64_t row, int64_t m, int64_t n, int64_t k, int64_t
                                              : std::string("data-parallel");
   // The BLOCKFP8_SM90_RASTER:SWIZZLE vocabulary, with the swizzle CUTLASS ends up using.
   const char* raster = plan.raster == 1 ? "along_m" : plan.raster == 2 ? "along_n" : "heuristic";
+  // Workspace: the K slices' fp32 partials and CUTLASS's own (a stream-K / split-K scheduler's is zeroed by a
+  // memset node before the GEMM).
   return std::string("{\"row\": \"") + gemm::row(int(row)).name + "\", \"plan\": \"" + what + "\", \"order\": \"" +
-         raster + ":" + std::to_string(plan.swizzle) + "\"}";
+         raster + ":" + std::to_string(plan.swizzle) + "\", \"workspace_bytes\": " +
+         std::to_string(gemm::workspace_bytes(int(row), p)) + "}";
 #else
   (void)row, (void)m, (void)n, (void)k, (void)sm_count;
   return std::string();

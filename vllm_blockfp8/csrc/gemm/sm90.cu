@@ -126,10 +126,6 @@ bool streams_tail_wave(const Problem& p) {
   return sm90::plan_config<Sm90Coop128StreamK>(p).stream_k;
 }
 
-// Candidate (forced only: after the unbounded row, never selected): the 128x64 swap row in 1x2 clusters,
-// whose two CTAs share one weight tile by TMA multicast (gemm/NOTES.md, fourteenth session).
-using Sm90Swap128x64Pair = Config<true, 128, 64, 1, 2, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>;
-
 // clang-format off
 // Tile table, first fitting row wins. Config<swap_ab, tile_m, tile_n, cluster_m, cluster_n, schedule
 // [, consumer loop]> in the kernel's operand order (weights x tokens when swapped). Each row is
@@ -179,10 +175,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_row<Sm90Swap128x64Pair>("sm90_swapab_128x64x128_c1x2_ovl", kSwapRowsMaxM,
-      "candidate (forced only, compile-checked, not yet run): the 128x64 swap row in 1x2 clusters, so that the L2 "
-      "serves each weight tile once to two CTAs (TMA multicast): at 96 CTAs per-SM TMA ingress falls to ~48 B/clk "
-      "for lines each CTA reads alone against ~60 for lines all read (tools/tma_ingress_probe.cu)"),
 };
 // clang-format on
 
