@@ -9,6 +9,9 @@ benchmarks measure it (CUDA graph over rotating weight copies), and t(K) = fixed
 is fitted over K as tools/walk_probe.py does for our rows.
 
   DG_PRINT_CONFIGS=1 python tools/deepgemm_walk.py --m 32,64,128,256 --json deepgemm_walk.json
+
+--once MxNxK[,MxNxK...] instead runs one DeepGEMM launch per problem (after a first call that compiles
+it), for Nsight Compute:  ncu --kernel-name regex:fp8_gemm --launch-skip ... (see gemm/NOTES.md).
 """
 
 from __future__ import annotations
@@ -47,6 +50,19 @@ def time_deepgemm(v, m: int, n: int, k: int, replays: int) -> float:
     return harness.time_graph(factory, copies, replays=replays).us
 
 
+def run_once(v, m: int, n: int, k: int) -> None:
+    """Two launches of one problem: the first compiles (DeepGEMM's JIT), the second is the one to profile."""
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    a, sa = v.quant(x, BLOCK, column_major_scales=True, tma_aligned_scales=True, use_ue8m0=False)
+    b, sb = reference.quantize_block_fp8(torch.randn(n, k, device="cuda"))
+    w = v.deepgemm_weight(b, sb, (BLOCK, BLOCK), use_e8m0=False)
+    out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+    for _ in range(2):
+        v.fp8_gemm_nt((a, sa), w, out, is_deep_gemm_e8m0_used=False)
+        torch.cuda.synchronize()
+    print(f"deepgemm_walk: ran {m}x{n}x{k} twice", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--m", default="32,64,128,256")
@@ -55,11 +71,17 @@ def main() -> int:
     p.add_argument("--walk-k", default="2048,4096,6144,8192")
     p.add_argument("--replays", type=int, default=200)
     p.add_argument("--json", default="deepgemm_walk.json")
+    p.add_argument("--once", default="", help="MxNxK,...: one launch each (for ncu), nothing timed")
     args = p.parse_args()
     v, why = peers.vllm_api()
     if why or not v.deepgemm_ok():
         print(f"DeepGEMM unavailable: {why or 'is_deep_gemm_supported() is False'}")
         return 2
+    if args.once:
+        for spec in args.once.split(","):
+            m, n, k = (int(x) for x in spec.split("x"))
+            run_once(v, m, n, k)
+        return 0
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "vllm": v.version, "git": os.environ.get("BLOCKFP8_GIT_STATE", "unknown")}
     walks, points = [], []
