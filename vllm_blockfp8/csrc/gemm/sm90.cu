@@ -126,6 +126,10 @@ bool streams_tail_wave(const Problem& p) {
   return sm90::plan_config<Sm90Coop128StreamK>(p).stream_k;
 }
 
+// Candidate (forced only: after the unbounded row, never selected): the 128x64 swap row on the persistent
+// scheduler (gemm/NOTES.md, fourteenth session).
+using Sm90Swap128x64Persistent = Config<true, 128, 64, 1, 1, Schedule::kCooperative, Consumer::kOverlap>;
+
 // clang-format off
 // Tile table, first fitting row wins. Config<swap_ab, tile_m, tile_n, cluster_m, cluster_n, schedule
 // [, consumer loop]> in the kernel's operand order (weights x tokens when swapped). Each row is
@@ -175,6 +179,10 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
+  make_row<Sm90Swap128x64Persistent>("sm90_swapab_128x64x128_ovl_persistent", kSwapRowsMaxM,
+      "candidate (forced only, compile-checked, not yet run): the 128x64 swap row on CUTLASS's persistent "
+      "scheduler (data-parallel only): its kernel at one K block took 6.6 us in ncu against DeepGEMM's 4.3 and the "
+      "persistent 64x32 ping-pong row's 4.4"),
 };
 // clang-format on
 
