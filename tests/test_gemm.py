@@ -114,7 +114,7 @@ def test_table_shape():
 # The row the table picks for 4096x4096 on 132 SMs (test_host_logic.py pins more at that SM count).
 SELECTED_4096_AT_132_SMS = {1: "sm90_swapab_64x32x128_pp_ovl", 64: "sm90_swapab_64x32x128_pp_ovl",
                             65: "sm90_swapab_64x64x128_pp_ovl", 128: "sm90_swapab_64x64x128_pp_ovl",
-                            129: "sm90_swapab_128x64x128_ovl", 256: "sm90_swapab_128x64x128_ovl",
+                            129: "sm90_swapab_128x64x128_ovl_persistent", 256: "sm90_swapab_128x64x128_ovl_persistent",
                             257: "sm90_coop_128x128x128_c2x1_ovl", 4096: "sm90_coop_128x128x128_c2x1_ovl",
                             8192: "sm90_coop_128x128x128_c2x1_ovl"}
 

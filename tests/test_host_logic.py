@@ -87,18 +87,19 @@ GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
     (1, 32, 7168, 2048, "data-parallel"),
     (1, 32, 24576, 1536, "data-parallel"),  # more tiles than SMs
     (1, 32, 4096, 12288, "stream-K"),  # 96 K blocks on 32 tiles
-    (4, 96, 4096, 7168, "split-K x2"),  # the 128x64 row has no slices
-    (4, 96, 2112, 7168, "split-K x3"),
-    (4, 96, 4096, 4096, "data-parallel"),
+    (5, 96, 4096, 7168, "split-K x2"),  # the 128x64 row has no slices
+    (5, 96, 2112, 7168, "split-K x3"),
+    (5, 96, 4096, 4096, "data-parallel"),
     (3, 96, 4096, 7168, "K slices x2"),  # its sliced twin replaces that split
     (3, 96, 2112, 7168, "K slices x2"),  # 56 K blocks: 3 slices do not divide them
     (3, 96, 4096, 4096, "data-parallel"),
-    (5, 1024, 2112, 7168, "stream-K"),  # 136 tiles on 132 SMs: the last wave 4 tiles full
-    (5, 1024, 7168, 16384, "stream-K"),  # 448 tiles: the last wave 52 / 132 full (<= 40%)
-    (5, 1024, 7168, 2048, "data-parallel"),  # as full, but 16 K blocks (< 48)
-    (5, 1024, 4096, 7168, "data-parallel"),  # 256 tiles: the last wave 124 / 132 full
-    (5, 300, 256, 12288, "stream-K"),  # 4 tiles (2 in clusters of 2 along M)
-    (6, 1024, 2112, 7168, "data-parallel"),  # the persistent row never splits
+    (6, 1024, 2112, 7168, "stream-K"),  # 136 tiles on 132 SMs: the last wave 4 tiles full
+    (6, 1024, 7168, 16384, "stream-K"),  # 448 tiles: the last wave 52 / 132 full (<= 40%)
+    (6, 1024, 7168, 2048, "data-parallel"),  # as full, but 16 K blocks (< 48)
+    (6, 1024, 4096, 7168, "data-parallel"),  # 256 tiles: the last wave 124 / 132 full
+    (6, 300, 256, 12288, "stream-K"),  # 4 tiles (2 in clusters of 2 along M)
+    (7, 1024, 2112, 7168, "data-parallel"),  # the persistent row never splits
+    (4, 96, 4096, 7168, "data-parallel"),  # the persistent 128x64 row never splits either
 ]
 
 
@@ -109,9 +110,10 @@ def test_sm90_gemm_k_plan_at_132_sms():
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
-    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(7)]
+    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(8)]
     assert names == ["sm90_swapab_64x32x128_pp_ovl", "sm90_swapab_128x32x128", "sm90_swapab_64x64x128_pp_ovl",
-                     "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl",
+                     "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl_persistent",
+                     "sm90_swapab_128x64x128_ovl",
                      "sm90_coop_128x128x128_c2x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl"]
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
@@ -143,16 +145,16 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (96, 4096, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # that row would split K in two: slices instead
     (128, 576, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # 10 tiles: 4 slices
     (96, 2048, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # slices would fire too; the 64-row tiles come first
-    (128, 4096, 12288, "sm90_swapab_128x64x128_ovl"),  # stream-K
-    (128, 6144, 4096, "sm90_swapab_128x64x128_ovl"),  # 192 tiles of 64 rows: more than one wave
-    (160, 4096, 4096, "sm90_swapab_128x64x128_ovl"),  # 96 tiles: one wave above M = 128
-    (256, 4096, 4096, "sm90_swapab_128x64x128_ovl"),  # 128 tiles
+    (128, 4096, 12288, "sm90_swapab_128x64x128_ovl"),  # stream-K: not the persistent 128x64 row
+    (128, 6144, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 192 tiles of 64 rows: more than one wave
+    (160, 4096, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 96 tiles: one wave above M = 128
+    (256, 4096, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 128 tiles
     (160, 2112, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # 51 tiles: 2 slices
     (256, 2112, 7168, "sm90_swapab_64x64x128_pp_ovl"),  # 132 64-row tiles, the 128x64 row unsplit
     (256, 6144, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # 192 swap tiles: two waves against one
-    (192, 9216, 3072, "sm90_swapab_128x64x128_ovl"),  # 216 swap tiles, 144 of 128x128: two waves each
+    (192, 9216, 3072, "sm90_swapab_128x64x128_ovl_persistent"),  # 216 swap tiles, 144 of 128x128: two waves each
     (192, 12288, 3072, "sm90_coop_128x128x128_c2x1_ovl"),  # 288 swap tiles: three waves against two
-    (144, 9216, 7168, "sm90_swapab_128x64x128_ovl"),  # ahead of the stream-K row (last wave 12 / 132)
+    (144, 9216, 7168, "sm90_swapab_128x64x128_ovl_persistent"),  # ahead of the stream-K row (last wave 12 / 132)
     (257, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # above the swap rows' bound
     (200, 11008, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # last wave 40 / 132 full, but 32 K blocks
     (1024, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl_sk"),  # last wave 4 / 132 full, 56 K blocks
@@ -169,7 +171,7 @@ def test_sm90_gemm_selection_at_132_sms():
     assert got == GEMM_SELECTION_AT_132_SMS
     assert ops.gemm_k_plan(-1, 32, 4096, 4096, 63)["row"] == "sm90_swapab_128x32x128", "64 tiles > 63 SMs"
     assert ops.gemm_k_plan(-1, 96, 2048, 2048, 132)["row"] == "sm90_swapab_64x64x128_pp_ovl"
-    assert ops.gemm_k_plan(-1, 96, 1984, 2048, 132)["row"] == "sm90_swapab_128x64x128_ovl", "62 tiles < 64"
+    assert ops.gemm_k_plan(-1, 96, 1984, 2048, 132)["row"] == "sm90_swapab_128x64x128_ovl_persistent", "62 tiles < 64"
 
 
 GEMM_ORDERS_AT_132_SMS = [  # (m, n, k, order): sm90.cu's default order with sm90_kernel.cuh's swizzle fit

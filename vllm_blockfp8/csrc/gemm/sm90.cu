@@ -9,8 +9,9 @@
 // sm90_<row name>.cu, one file per row of the table below (the `_ovl` rows run our own consumer loop
 // on that collective: sm90_overlap_mainloop.cuh). A row may carry a selection precondition (mostly
 // the 64-row rows: their tiles fill one wave; the 128x32 row above M = 48: few 64-row tiles; the
-// `_slicek` row: its slices fire; the 128x64 row above M = 128: no more waves than the 128x128 row;
-// the `_sk` row: its stream-K rule fires); forcing a row ignores it. Where their
+// `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row;
+// the `_persistent` 128x64 row: the plain one would run K whole; the `_sk` row: its stream-K rule
+// fires); forcing a row ignores it. Where their
 // tiles leave SMs idle the cooperative swap rows split K: the 128x32 row and the 128x64 `_slicek` row
 // into K slices run as one batched launch plus a sum kernel (where that saves more than it costs),
 // else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168. The 128x128 `_sk` row runs a nearly
@@ -119,16 +120,25 @@ bool swap_waves_fit(const Problem& p) {
   return p.m <= kSwapRowsAnyWavesUpToM || waves<Sm90Swap128x64>(p) <= waves<Sm90Coop128>(p);
 }
 
+// Selection precondition of the persistent 128x64 row: where the 128x64 row below would be selected and run
+// data-parallel (no split-K, no stream-K). The same tile and loop on CUTLASS's persistent scheduler, whose
+// kernel is ~1600 SASS instructions against the stream-K one's ~4100: ~0.5 us less fixed cost a call (walk
+// intercepts 4.1-4.4 against 4.6-5.0 us at M = 128), the same time per K block; 0.86-1.00x that row's time
+// (geomean 0.949, faster at all 25) at the benchmark set's data-parallel points at M = 96 / 128 / 256; at the
+// two stream-K points it lost 1.17-1.19x (gemm/NOTES.md fourteenth session).
+using Sm90Swap128x64Persistent = Config<true, 128, 64, 1, 1, Schedule::kCooperative, Consumer::kOverlap>;
+bool runs_whole_k(const Problem& p) {
+  if (!swap_waves_fit(p)) return false;
+  const KPlan plan = sm90::plan_config<Sm90Swap128x64>(p);
+  return !plan.stream_k && plan.splits == 1;
+}
+
 // Selection precondition of the stream-K 128x128 row: its rule (sm90_kernel.cuh, tail_wave_stream_k)
 // takes stream-K for this problem; elsewhere the persistent row below runs it.
 using Sm90Coop128StreamK = Config<false, 128, 128, 2, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>;
 bool streams_tail_wave(const Problem& p) {
   return sm90::plan_config<Sm90Coop128StreamK>(p).stream_k;
 }
-
-// Candidate (forced only: after the unbounded row, never selected): the 128x64 swap row on the persistent
-// scheduler (gemm/NOTES.md, fourteenth session).
-using Sm90Swap128x64Persistent = Config<true, 128, 64, 1, 1, Schedule::kCooperative, Consumer::kOverlap>;
 
 // clang-format off
 // Tile table, first fitting row wins. Config<swap_ab, tile_m, tile_n, cluster_m, cluster_n, schedule
@@ -160,8 +170,15 @@ const Sm90Row kRows[] = {
       "slices run as a batched fp32 launch plus a sum kernel; 0.67-0.96x that row's time (geomean 0.83) at all 16 "
       "such points of the benchmark and held-out sets (gemm/NOTES.md eighth session)",
       &slices_k),
+  make_row<Sm90Swap128x64Persistent>("sm90_swapab_128x64x128_ovl_persistent", kSwapRowsMaxM,
+      "where the row below is selected and runs K whole (data-parallel): the same tile and loop on CUTLASS's "
+      "persistent scheduler, whose smaller kernel (~1600 SASS instructions, the stream-K one ~4100) costs ~0.5 us "
+      "less a call; 0.86-1.00x that row's time (geomean 0.949, faster at all 25) at those points of the benchmark "
+      "set, M = 96 / 128 / 256 (gemm/NOTES.md fourteenth session)",
+      &runs_whole_k),
   make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", kSwapRowsMaxM,
-      "M in (64, 128], and up to 256 where its tiles need no more waves than the 128x128 row's (one wave: 0.77-0.94x "
+      "where it splits K (split-K, stream-K; the persistent twin above runs the rest): M in (64, 128], and up to 256 "
+      "where its tiles need no more waves than the 128x128 row's (one wave: 0.77-0.94x "
       "that row at 10 benchmark points, 0.86-0.95x at 27 held-out ones; two against two: 0.72-0.92x at 14 held-out "
       "ones; ninth and tenth sessions): one 64-token tile per weight tile (CUTLASS's loop: fastest or within 2.2% "
       "on 6 of 8 shapes at M <= 128); our overlapped consumer loop takes 6.1% off that (30 points, M = 96 and 128, "
@@ -179,10 +196,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_row<Sm90Swap128x64Persistent>("sm90_swapab_128x64x128_ovl_persistent", kSwapRowsMaxM,
-      "candidate (forced only, compile-checked, not yet run): the 128x64 swap row on CUTLASS's persistent "
-      "scheduler (data-parallel only): its kernel at one K block took 6.6 us in ncu against DeepGEMM's 4.3 and the "
-      "persistent 64x32 ping-pong row's 4.4"),
 };
 // clang-format on
 

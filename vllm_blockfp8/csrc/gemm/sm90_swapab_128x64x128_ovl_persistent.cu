@@ -1,8 +1,7 @@
 // Instantiates tile-table row sm90_swapab_128x64x128_ovl_persistent of sm90.cu (bf16 and fp16 out): the 128x64
-// swap-AB row on CUTLASS's persistent scheduler instead of the stream-K one (data-parallel only, no split-K).
-// Candidate, forced only: does the stream-K scheduler's kernel carry the ~2 us of extra fixed cost at mid M
-// (gemm/NOTES.md, fourteenth session)? One row per file so that the build compiles the rows in parallel.
-// sm_90a only.
+// swap-AB row on CUTLASS's persistent scheduler instead of the stream-K one (data-parallel only, no split-K):
+// a smaller kernel with less fixed cost a call (gemm/NOTES.md, fourteenth session); see sm90_kernel.cuh.
+// One row per file so that the build compiles the rows in parallel. sm_90a only.
 #include "sm90_kernel.cuh"
 
 namespace blockfp8::gemm::sm90 {
