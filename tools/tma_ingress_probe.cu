@@ -23,7 +23,7 @@
 // Printed: cycles per wgmma (worst CTA), the writer's B/clk over the same window, their sum as smem
 // traffic (reads: 2 KiB + N x 32 B per wgmma), and the SM clock (clock64 over globaltimer).
 //
-// Build and run (the H200 stage `wgmma_probe` of tools/h200_check.sh does this):
+// Build and run (the H200 stage `tma_probe` of tools/h200_check.sh does this):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
 //        -I <nvidia-cutlass include> tools/tma_ingress_probe.cu -o probe && ./probe out.json
 #include <cuda.h>
@@ -207,9 +207,10 @@ __global__ void __launch_bounds__(384, 1) contention(const __grid_constant__ CUt
 // `Stages` stages of A (128 weight rows x 128 K, 16 KiB) + B (64 token rows x 128 K, 8 KiB) through
 // TMA (or only completes the stage's transaction bytes: `tma` false, the loop on stale data), and 2
 // consumer warpgroups each run 4 m64n64k32 wgmma per stage on their 64-row half of A into a fresh
-// fragment (one of Depth + 1, in turn), wait until `Depth` groups are pending, release the oldest
-// stage and promote its fragment into the accumulator: with per-column scales read from shared
-// memory as the overlap loop does (kScale), a plain add (kAdd) or not at all (kNone).
+// fragment (one of Depth + 1 = 1 or 2, in turn), wait until `Depth` groups are pending, release the
+// oldest stage and promote its fragment into the accumulator: with per-column scales read from shared
+// memory as the overlap loop does (kScale), a plain add (kAdd) or not at all (kNone: ptxas then drops
+// the wgmma, whose results nothing reads, so those timings are not data).
 // Loop variants: without the stage barriers (the consumers walk the stages, no producer);
 // one accumulator chained across blocks (`Fresh` false: the rate probe's loop, no promotion).
 constexpr int kPipeABytes = 128 * kTileK, kPipeBBytes = 64 * kTileK, kPipeStageBytes = kPipeABytes + kPipeBBytes;
