@@ -118,6 +118,11 @@ def test_sm90_gemm_k_plan_at_132_sms():
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
     assert ops.gemm_k_plan(0, 32, 4096, 7168, 132)["plan"] == "data-parallel", "the ping-pong row never splits K"
+    # The launch's workspace: none for a data-parallel plan (no memset node before the GEMM), split-K /
+    # stream-K state or the K slices' fp32 partials (at least slices x M x N x 4 bytes) otherwise.
+    assert ops.gemm_k_plan(4, 128, 6144, 4096, 132)["workspace_bytes"] == 0
+    assert ops.gemm_k_plan(1, 32, 4096, 7168, 132)["workspace_bytes"] >= 4 * 32 * 4096 * 4
+    assert ops.gemm_k_plan(5, 96, 4096, 7168, 132)["workspace_bytes"] > 0, "split-K x2"
     with pytest.raises(ValueError, match="row index out of range"):
         ops.gemm_k_plan(99, 32, 4096, 4096, 132)
     with pytest.raises(ValueError, match="multiple of 128"):
