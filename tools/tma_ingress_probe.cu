@@ -387,6 +387,22 @@ static std::vector<Timing> read_timings(const Timing* d, int n) {
   return h;
 }
 
+// The slowest CTA's cycles and nanoseconds (each CTA wrote its own Timing); exits on a launch error.
+struct Slowest {
+  long long cycles = 0;
+  unsigned long long ns = 0;
+  double ghz() const { return double(cycles) / double(ns); }
+};
+static Slowest slowest_cta(cudaError_t err, const char* name, const Timing* d, int n) {
+  if (err != cudaSuccess) {
+    printf("%-60s error %s\n", name, cudaGetErrorString(err));
+    exit(1);
+  }
+  Slowest w;
+  for (const Timing& x : read_timings(d, n)) w.cycles = std::max(w.cycles, x.cycles), w.ns = std::max(w.ns, x.ns);
+  return w;
+}
+
 struct Probe {
   CUtensorMap map, b_map;
   uint8_t* matrix;
@@ -414,16 +430,9 @@ struct Probe {
     cudaEventElapsedTime(&ms, e0, e1);
     char name[128];
     snprintf(name, sizeof name, "ingress %s %s ctas%d slots%d", tensor ? "tma2d" : "bulk1d", label, ctas, slots);
-    if (err != cudaSuccess) {
-      printf("%-44s error %s\n", name, cudaGetErrorString(err));
-      exit(1);
-    }
-    const auto t = read_timings(t0, ctas);
-    long long worst = 0;
-    unsigned long long worst_ns = 0;
-    for (auto& x : t) worst = std::max(worst, x.cycles), worst_ns = std::max(worst_ns, x.ns);
+    const Slowest w = slowest_cta(err, name, t0, ctas);
     const double bytes = double(loads) * kLoadBytes;
-    const double per_clk = bytes / worst, ghz = double(worst) / worst_ns;
+    const double per_clk = bytes / w.cycles, ghz = w.ghz();
     const double tbs = bytes * ctas / (ms * 1e-3) / 1e12;
     out.push_back({name, ctas, 0, 0, per_clk, per_clk, ghz, tbs});
     printf("%-44s %6.1f B/clk/SM  %5.2f GHz  %5.2f TB/s (events)\n", name, per_clk, ghz, tbs);
@@ -444,19 +453,12 @@ struct Probe {
     snprintf(name, sizeof name, "pipeline stages%d depth%d %s%s %s %s ctas%d", Stages, Depth,
              Fresh ? kPromotion[int(Promote)] : "chained", Barriers ? "" : " no-barriers", tma ? "tma" : "no-tma",
              a_source == Source::kDram ? "dram" : "l2", ctas);
-    if (err != cudaSuccess) {
-      printf("%-60s error %s\n", name, cudaGetErrorString(err));
-      exit(1);
-    }
-    const auto t = read_timings(t0, ctas);
-    long long worst = 0;
-    unsigned long long worst_ns = 0;
-    for (auto& x : t) worst = std::max(worst, x.cycles), worst_ns = std::max(worst_ns, x.ns);
-    const double per_block = double(worst) / blocks;
+    const Slowest w = slowest_cta(err, name, t0, ctas);
+    const double per_block = double(w.cycles) / blocks;
     const double ingress = tma ? kPipeStageBytes / per_block : 0;
-    out.push_back({name, ctas, 64, per_block / 8, ingress, 0, double(worst) / worst_ns, 0});
+    out.push_back({name, ctas, 64, per_block / 8, ingress, 0, w.ghz(), 0});
     printf("%-60s %6.1f cycles/block (%.2fx wgmma)  ingress %5.1f B/clk  %4.2f GHz\n", name, per_block,
-           per_block / 256.0, ingress, double(worst) / worst_ns);
+           per_block / 256.0, ingress, w.ghz());
   }
 
   template <int N>
@@ -472,27 +474,20 @@ struct Probe {
     char name[128];
     snprintf(name, sizeof name, "contention n%d ctas%d %s gap%lld slots%d", N, ctas, with_writer ? "writer" : "alone", gap,
              slots);
-    if (err != cudaSuccess) {
-      printf("%-44s error %s\n", name, cudaGetErrorString(err));
-      exit(1);
-    }
-    const auto tw = read_timings(t0, ctas);
-    const auto tl = read_timings(t1, ctas);
-    long long worst = 0;
-    unsigned long long worst_ns = 0;
+    const Slowest w = slowest_cta(err, name, t0, ctas);
+    // The slowest writer's bytes per cycle over its window (from before the wgmma start to after their
+    // end; its extra cycles at the ends are a few loads).
     double min_write = 1e30;
-    for (int c = 0; c < ctas; ++c) {
-      worst = std::max(worst, tw[c].cycles), worst_ns = std::max(worst_ns, tw[c].ns);
-      // Bytes the writer moved over the wgmma window (it runs from before the wgmma start to after
-      // their end; its extra cycles at the ends are a few loads).
-      if (with_writer) min_write = std::min(min_write, double(tl[c].loads) * kLoadBytes / tl[c].cycles);
+    if (with_writer) {
+      for (const Timing& x : read_timings(t1, ctas)) min_write = std::min(min_write, double(x.loads) * kLoadBytes / x.cycles);
+    } else {
+      min_write = 0;
     }
-    if (!with_writer) min_write = 0;
-    const double per = double(worst) / (double(iters) * 4 * 2);  // per wgmma per SM (both warpgroups)
+    const double per = double(w.cycles) / (double(iters) * 4 * 2);  // per wgmma per SM (both warpgroups)
     const double read_per_clk = (2048.0 + N * 32.0) / per;
-    out.push_back({name, ctas, N, per, min_write, read_per_clk + min_write, double(worst) / worst_ns, 0});
+    out.push_back({name, ctas, N, per, min_write, read_per_clk + min_write, w.ghz(), 0});
     printf("%-44s %6.1f cycles/wgmma (%.2fx tensor)  write %5.1f B/clk  reads+writes %6.1f B/clk  %4.2f GHz\n",
-           name, per, per / (N / 2.0), min_write, read_per_clk + min_write, double(worst) / worst_ns);
+           name, per, per / (N / 2.0), min_write, read_per_clk + min_write, w.ghz());
   }
 };
 
