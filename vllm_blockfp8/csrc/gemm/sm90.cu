@@ -124,8 +124,9 @@ bool swap_waves_fit(const Problem& p) {
 // data-parallel (no split-K, no stream-K). The same tile and loop on CUTLASS's persistent scheduler, whose
 // kernel is ~1600 SASS instructions against the stream-K one's ~4100: ~0.5 us less fixed cost a call (walk
 // intercepts 4.1-4.4 against 4.6-5.0 us at M = 128), the same time per K block; 0.86-1.00x that row's time
-// (geomean 0.949, faster at all 25) at the benchmark set's data-parallel points at M = 96 / 128 / 256; at the
-// two stream-K points it lost 1.17-1.19x (gemm/NOTES.md fourteenth session).
+// (geomean 0.949, faster at all 25) at the benchmark set's data-parallel points at M = 96 / 128 / 256, and
+// 0.962 (max 0.994, faster at all 73) where it is selected on held-out sets 1-4 at M = 96..256; at the two
+// stream-K points it lost 1.17-1.19x (gemm/NOTES.md fourteenth session).
 using Sm90Swap128x64Persistent = Config<true, 128, 64, 1, 1, Schedule::kCooperative, Consumer::kOverlap>;
 bool runs_whole_k(const Problem& p) {
   if (!swap_waves_fit(p)) return false;
@@ -174,7 +175,7 @@ const Sm90Row kRows[] = {
       "where the row below is selected and runs K whole (data-parallel): the same tile and loop on CUTLASS's "
       "persistent scheduler, whose smaller kernel (~1600 SASS instructions, the stream-K one ~4100) costs ~0.5 us "
       "less a call; 0.86-1.00x that row's time (geomean 0.949, faster at all 25) at those points of the benchmark "
-      "set, M = 96 / 128 / 256 (gemm/NOTES.md fourteenth session)",
+      "set, M = 96 / 128 / 256, and 0.962 (faster at all 73) at held-out ones (gemm/NOTES.md fourteenth session)",
       &runs_whole_k),
   make_row<Sm90Swap128x64>("sm90_swapab_128x64x128_ovl", kSwapRowsMaxM,
       "where it splits K (split-K, stream-K; the persistent twin above runs the rest): M in (64, 128], and up to 256 "
