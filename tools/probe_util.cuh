@@ -1,5 +1,6 @@
-// Host helpers shared by the clock64 probes (tools/wgmma_rate_probe.cu, tools/register_a_loop_probe.cu):
-// each probe kernel writes its CTA's cycle count to cycles[blockIdx.x]; the slowest CTA is the time.
+// Helpers shared by the clock64 probes (tools/wgmma_rate_probe.cu, tools/register_a_loop_probe.cu,
+// tools/tma_ingress_probe.cu): each probe kernel writes its CTA's cycle count to cycles[blockIdx.x]; the
+// slowest CTA is the time. keep_live keeps the measured work from being compiled away.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +8,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+// After the timed region: sums the register fragments (any indexable tensor with a size()) and stores the
+// sum only if it is a value the probes' data never gives, so the wgmma and promotions feeding them stay live
+// (ptxas drops wgmma whose results nothing reads).
+template <class... Frags>
+__device__ __forceinline__ void keep_live(float* sink, const Frags&... frags) {
+  float s = 0.f;
+  (
+      [&] {
+#pragma unroll
+        for (int i = 0; i < int(size(frags)); ++i) s += frags(i);
+      }(),
+      ...);
+  if (s == -1.2345f) sink[0] = s;
+}
 
 // The largest per-CTA cycle count of the last launch (one CTA per SM).
 inline long long worst_cta_cycles(const long long* device_cycles, int ctas) {

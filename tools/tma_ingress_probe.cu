@@ -197,10 +197,7 @@ __global__ void __launch_bounds__(384, 1) contention(const __grid_constant__ CUt
     stop = 1;
     wgmma_out[blockIdx.x] = {c1 - c0, g1 - g0, iters};
   }
-  float s = 0.f;
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < size(acc); ++i) s += acc(i);
-  if (s == -1.2345f) sink[0] = s;  // never true for this data: keeps the wgmma live
+  keep_live(sink, acc);
 }
 
 // The 128x64 swap row's pipeline without its scales' loads or epilogue: a producer thread fills
@@ -359,10 +356,7 @@ __global__ void __launch_bounds__(384, 1) pipeline_probe(const __grid_constant__
   const long long c1 = clock64();
   const uint64_t g1 = globaltimer();
   if (threadIdx.x == 0) out[blockIdx.x] = {c1 - c0, g1 - g0, blocks};
-  float sum = 0.f;
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < size(acc); ++i) sum += acc(i);
-  if (sum == -1.2345f) sink[0] = sum;  // never true for this data: keeps the wgmma live
+  keep_live(sink, acc);
 }
 
 // ---------------------------------------------------------------------------------------------------
