@@ -165,6 +165,33 @@ def test_long_k_all_positive(row, m, out_dtype):
     _check(m, 256, 16384, out_dtype, row, seed=3, positive=True)
 
 
+TOK64_ROW = "sm90_tok64_fitn"
+TOK64_WIDTHS = (16, 32, 48, 64, 80, 96, 112, 128)  # csrc/gemm/sm90_tok64.h, kTileWidths
+
+
+def _tok64_problem(width: int) -> tuple[int, int]:
+    """An (m, n) whose width rule (sm90_tok64_fitn.cu, tile_n) picks `width` on this GPU, with a
+    ragged last weight tile and, where the width is not a divisor of 128, tiles straddling 128-row
+    scale blocks; host logic only."""
+    row = ROWS.index(TOK64_ROW)
+    for m in (83, 1, 64, 200):
+        for n in range(8 * width + 8, 64 * width, 8):
+            if n % width and ops.gemm_k_plan(row, m, n, 1024)["tile_n"] == width:
+                return m, n
+    raise AssertionError(f"no (m, n) found for which {TOK64_ROW} picks width {width}")
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("width", TOK64_WIDTHS)
+def test_tok64_every_width(width, out_dtype):
+    """Each weight-tile width of the 64-token-tile row (one kernel per width and output dtype)
+    against the reference, at a problem its rule picks the width for (ragged N and M)."""
+    if TOK64_ROW not in ROWS:
+        pytest.skip(f"{TOK64_ROW} is not in this build's table")
+    m, n = _tok64_problem(width)
+    _check(m, n, 1024, out_dtype, TOK64_ROW, seed=width)
+
+
 # K-block counts and grids for the consumer loops (m, n, k, all-positive operands).
 K_BLOCK_CASES = [
     (1, 256, 128, False),       # one K block: the overlapped loop never overlaps, only drains

@@ -102,6 +102,7 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // quantizer's trigger (the GEMM then launches as the quantizer's CTAs exit); 0, plain stream order. Off by
 // default: on the H200 `1` took 0.95x the full linear's time at M = 32..256 but up to 1.14x at one layer
 // (gemm/NOTES.md twelfth session). The results are the same bit for bit.
+// BLOCKFP8_SM90_TILE_N (16, 32, ..., 128): the 64-token-tile row's weight-tile width in place of its rule.
 struct Sm90Switches {
   bool order_from_env = false;
   int raster = 0;
@@ -110,6 +111,7 @@ struct Sm90Switches {
   bool nondeterministic_reduction = false;
   bool pdl = false;
   bool quant_triggers = false;
+  int tile_n = 0;
 };
 
 const Sm90Switches& sm90_env_switches() {
@@ -128,6 +130,7 @@ const Sm90Switches& sm90_env_switches() {
     if (const char* n = std::getenv("BLOCKFP8_SM90_SPLITS"); n && *n) o.splits = std::max(0, std::atoi(n));
     if (const char* r = std::getenv("BLOCKFP8_SM90_REDUCTION"); r && *r)
       o.nondeterministic_reduction = std::string(r) == "nondeterministic";
+    if (const char* w = std::getenv("BLOCKFP8_SM90_TILE_N"); w && *w) o.tile_n = std::max(0, std::atoi(w));
     if (const char* v = std::getenv("BLOCKFP8_SM90_PDL"); v && *v) {
       o.pdl = std::string(v) == "1" || std::string(v) == "gemm";
       o.quant_triggers = std::string(v) == "1";
@@ -147,6 +150,7 @@ void apply_sm90_switches(gemm::Problem& p) {
   p.splits = env.splits;
   p.nondeterministic_reduction = env.nondeterministic_reduction;
   p.pdl = env.pdl;
+  p.tile_n = env.tile_n;
 }
 #endif
 
@@ -493,7 +497,7 @@ std::string op_gemm_k_plan(int64_t row, int64_t m, int64_t n, int64_t k, int64_t
   // memset node before the GEMM).
   return std::string("{\"row\": \"") + gemm::row(int(row)).name + "\", \"plan\": \"" + what + "\", \"order\": \"" +
          raster + ":" + std::to_string(plan.swizzle) + "\", \"workspace_bytes\": " +
-         std::to_string(gemm::workspace_bytes(int(row), p)) + "}";
+         std::to_string(gemm::workspace_bytes(int(row), p)) + ", \"tile_n\": " + std::to_string(plan.tile_n) + "}";
 #else
   (void)row, (void)m, (void)n, (void)k, (void)sm_count;
   return std::string();

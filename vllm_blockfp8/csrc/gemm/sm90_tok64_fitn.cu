@@ -1,0 +1,295 @@
+// SM90 (sm_90a only) W8A8 block-scaled FP8 GEMM on 64-token tiles with one math warpgroup: tile-table
+// row sm90_tok64_fitn of sm90.cu (bf16 and fp16 out, every width in sm90_tok64.h's kTileWidths).
+//
+//   D[m, n] = sum_kb (A[m, kb-block] . B[n, kb-block]) * SFA[m, kb] * SFB[n / 128, kb]
+//
+// Layouts as gemm.h. Unswapped: 64 tokens on the wgmma M side, TileN weight rows on the N side, with
+// TileN (16..128) picked per problem so that the tiles fill about one wave (tile_n below). A tile may
+// straddle two 128-row weight scale blocks (e.g. 96 wide at n0 = 96), which CUTLASS's blockwise
+// collective cannot express (its scale tile is TileN / 128 blocks), hence this kernel of our own.
+// One producer warp loads each K block's A (64x128), B (TileNx128) and token scales (64 fp32) by TMA
+// into a ring of stages; one math warpgroup runs 4 m64nTileNk32 SS wgmma per block into a fresh
+// fragment, waits, releases the stage and promotes: acc += partial * token scale (2 rows per thread) *
+// weight scale (per 8-column group: the block below or above the 128-row boundary). The weight scales
+// are read from global one block ahead. Epilogue: direct 4-byte stores from registers, masked at M, N.
+// Non-persistent grid (N tiles x M tiles), K walked whole (no split, no workspace).
+// Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED  // wgmma N = 80 / 112 (the selector's exact shapes)
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+
+#include "cute/tensor.hpp"
+#include "cute/arch/mma_sm90.hpp"
+#include "cute/atom/mma_traits_sm90_gmma.hpp"
+#include "cutlass/arch/barrier.h"
+#include "sm90_tok64.h"
+
+namespace blockfp8::gemm::sm90::tok64 {
+namespace {
+
+using namespace cute;
+using Fp8 = cutlass::float_e4m3_t;
+using Barrier = cutlass::arch::ClusterTransactionBarrier;
+
+constexpr int kTileK = 128;
+constexpr int kMathThreads = 128;              // one warpgroup: warps 0-3
+constexpr int kThreads = kMathThreads + 32;    // + the producer warp (lane 0 issues)
+constexpr int kSmemBytes = 227 * 1024;         // the SM90 opt-in maximum per block
+constexpr int kMaxStages = 16;
+constexpr int kABytes = kTokenTile * kTileK;   // 8 KiB
+constexpr int kScaleBytes = kTokenTile * 4;    // the block's 64 token scales
+
+template <int TileN>
+struct Tile {
+  static constexpr int kBBytes = TileN * kTileK;
+  static constexpr int kStageBytes = kABytes + kBBytes + kScaleBytes;
+  // Barriers (2 x 8 B per stage) and the 1 KiB alignment of the swizzled tiles come off the top.
+  static constexpr int kStages = std::min(kMaxStages, (kSmemBytes - 1024 - 16 * kMaxStages) / kStageBytes);
+  static constexpr int kSmem = 1024 + kStages * kStageBytes + 16 * kStages;
+  static_assert(kStages >= 4, "too few stages to keep the loads in flight");
+  using Mma = decltype(make_tiled_mma(SM90::GMMA::ss_op_selector<Fp8, Fp8, float, Shape<_64, Int<TileN>, _32>>()));
+};
+
+struct Params {
+  const float* b_scale;  // [ceil(n / 128), k / 128]
+  void* d;
+  int m, n, k_blocks;
+};
+
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      :
+      : "r"(dst), "l"(map), "r"(x), "r"(y), "r"(cute::cast_smem_ptr_to_uint(bar))
+      : "memory");
+}
+
+template <class Out>
+__device__ __forceinline__ void store_pair(Out* d, float x, float y);
+template <>
+__device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* d, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair<__half>(__half* d, float x, float y) {
+  *reinterpret_cast<__half2*>(d) = __floats2half2_rn(x, y);
+}
+
+template <int TileN, class Out>
+__global__ void __launch_bounds__(kThreads, 1)
+    tok64_gemm(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+               const __grid_constant__ CUtensorMap a_scale_map, const Params p) {
+  using T = Tile<TileN>;
+  constexpr int S = T::kStages;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem_a = smem;                              // S x 8 KiB
+  uint8_t* smem_b = smem_a + S * kABytes;              // S x TileN x 128
+  float* smem_a_scale = reinterpret_cast<float*>(smem_b + S * T::kBBytes);  // S x 64
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_a_scale + S * kTokenTile);
+  uint64_t* empty = full + S;
+
+  const int n0 = int(blockIdx.x) * TileN;
+  const int m0 = int(blockIdx.y) * kTokenTile;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) Barrier::init(&full[s], 1), Barrier::init(&empty[s], kMathThreads / 32);
+    cutlass::arch::fence_barrier_init();
+  }
+  if (warp == 4 && lane == 0) {
+    // Prefetching the descriptors is not a global read of data another kernel writes.
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&a_map) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&b_map) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&a_scale_map) : "memory");
+  }
+  __syncthreads();
+  // Programmatic dependent launch: nothing global is read before the previous kernel's results are
+  // visible (a no-op for a plain launch).
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+
+  if (warp == 4) {
+    if (lane != 0) return;
+    for (int kb = 0; kb < p.k_blocks; ++kb) {
+      const int s = kb % S;
+      if (kb >= S) Barrier::wait(&empty[s], uint32_t((kb / S - 1) & 1));
+      Barrier::arrive_and_expect_tx(&full[s], kABytes + T::kBBytes + kScaleBytes);
+      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + s * kABytes), &a_map, kb * kTileK, m0, &full[s]);
+      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s]);
+      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a_scale + s * kTokenTile), &a_scale_map, m0, kb, &full[s]);
+    }
+    return;
+  }
+
+  // Math warpgroup. Operand tiles per stage, K-major with the 128-byte swizzle the TMA boxes write.
+  auto a_layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{}, Shape<_64, Int<kTileK>, Int<S>>{});
+  auto b_layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{}, Shape<Int<TileN>, Int<kTileK>, Int<S>>{});
+  Tensor sA = make_tensor(make_smem_ptr(reinterpret_cast<Fp8*>(smem_a)), a_layout);
+  Tensor sB = make_tensor(make_smem_ptr(reinterpret_cast<Fp8*>(smem_b)), b_layout);
+  typename T::Mma mma;
+  auto thr = mma.get_thread_slice(threadIdx.x);
+  Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));  // (MMA, 1, 4, S)
+  Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));
+  Tensor acc = partition_fragment_C(mma, Shape<_64, Int<TileN>>{});  // (MMA, 1, 1): TileN / 2 floats
+  Tensor partial = make_fragment_like(acc);
+  clear(acc);
+
+  // Accumulator element i of this thread: row warp * 16 + lane / 4 + 8 * ((i / 2) % 2), column
+  // 8 * (i / 4) + 2 * (lane % 4) + i % 2 (wgmma's m64nN accumulator layout).
+  const int row = warp * 16 + lane / 4;
+  // Columns from `upper_from` on lie in the next 128-row weight scale block (TileN <= 128: at most two).
+  const int scale_block = n0 / 128;
+  const int upper_from = (scale_block + 1) * 128 - n0;
+  const int last_block = (p.n + 127) / 128 - 1;
+  const float* b_scale_lo = p.b_scale + int64_t(scale_block) * p.k_blocks;
+  const float* b_scale_hi = p.b_scale + int64_t(std::min(scale_block + 1, last_block)) * p.k_blocks;
+  float next_lo = __ldg(b_scale_lo), next_hi = __ldg(b_scale_hi);
+
+  for (int kb = 0; kb < p.k_blocks; ++kb) {
+    const int s = kb % S;
+    const float w_lo = next_lo, w_hi = next_hi;
+    if (kb + 1 < p.k_blocks) next_lo = __ldg(b_scale_lo + kb + 1), next_hi = __ldg(b_scale_hi + kb + 1);
+    Barrier::wait(&full[s], uint32_t((kb / S) & 1));
+    // Read (and used) before the stage is released.
+    const float t0 = smem_a_scale[s * kTokenTile + row], t1 = smem_a_scale[s * kTokenTile + row + 8];
+    const float s0_lo = t0 * w_lo, s0_hi = t0 * w_hi, s1_lo = t1 * w_lo, s1_hi = t1 * w_hi;
+    warpgroup_fence_operand(partial);
+    warpgroup_arrive();
+    mma.accumulate_ = GMMA::ScaleOut::Zero;
+    CUTLASS_PRAGMA_UNROLL
+    for (int k = 0; k < kTileK / 32; ++k) {
+      cute::gemm(mma, tCrA(_, _, k, s), tCrB(_, _, k, s), partial);
+      mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(partial);
+    __syncwarp();
+    if (lane == 0) Barrier::arrive(&empty[s]);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc); ++i) {
+      const bool upper = 8 * (i / 4) >= upper_from;
+      const float scale = (i / 2) % 2 ? (upper ? s1_hi : s1_lo) : (upper ? s0_hi : s0_lo);
+      acc(i) = fmaf(partial(i), scale, acc(i));
+    }
+  }
+
+  Out* d = static_cast<Out*>(p.d);
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {
+    const int r = m0 + row + 8 * ((i / 2) % 2);
+    const int c = n0 + 8 * (i / 4) + 2 * (lane % 4);
+    if (r < p.m && c < p.n) store_pair(d + int64_t(r) * p.n + c, acc(i), acc(i + 1));
+  }
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A row-major 2D map (inner extent `cols` contiguous) with a rows x cols box.
+bool encode(CUtensorMap* map, CUtensorMapDataType type, const void* base, uint64_t cols, uint64_t rows,
+            uint64_t row_bytes, uint32_t box_cols, uint32_t box_rows, CUtensorMapSwizzle swizzle) {
+  const auto fn = encode_tiled();
+  if (fn == nullptr) return false;
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {row_bytes};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  // Out-of-bounds rows (M, N and the token scales past the tensors' ends) are filled with zeros.
+  return fn(map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int TileN, class Out>
+cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
+  using T = Tile<TileN>;
+  const uint64_t k_blocks = uint64_t(p.k) / kTileK;
+  CUtensorMap a_map, b_map, a_scale_map;
+  if (!encode(&a_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a, p.k, p.m, p.k, kTileK, kTokenTile,
+              CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !encode(&b_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.b, p.k, p.n, p.k, kTileK, TileN, CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !encode(&a_scale_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.a_scale, p.a_scale_ld, k_blocks, p.a_scale_ld * 4,
+              kTokenTile, 1, CU_TENSOR_MAP_SWIZZLE_NONE))
+    return cudaErrorInvalidValue;
+  const auto kernel = tok64_gemm<TileN, Out>;
+  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
+  if (attr != cudaSuccess) return attr;
+  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks)};
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned((p.n + TileN - 1) / TileN), unsigned((p.m + kTokenTile - 1) / kTokenTile));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = T::kSmem;
+  cfg.stream = stream;
+  cfg.attrs = &pdl;
+  cfg.numAttrs = p.pdl ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a_map, b_map, a_scale_map, params);
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+
+template <int TileN>
+cudaError_t launch_out(const Problem& p, cudaStream_t stream) {
+  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16>(p, stream) : launch_width<TileN, __half>(p, stream);
+}
+
+}  // namespace
+
+int64_t tile_count(const Problem& p, int width) {
+  return ((p.m + kTokenTile - 1) / kTokenTile) * ((p.n + width - 1) / width);
+}
+
+// The width whose tiles take the fewest waves times bytes a CTA loads per K block ((64 + width) x 128):
+// each SM's TMA ingress is the limit (~50-64 B/clk, gemm/NOTES.md fourteenth session), so a wave costs
+// its CTAs' bytes; ties go to the wider tile (fewer CTAs read the token tile). Problem::tile_n (the
+// BLOCKFP8_SM90_TILE_N switch) replaces the rule.
+int tile_n(const Problem& p) {
+  for (int w : kTileWidths)
+    if (p.tile_n == w) return w;
+  int best = kTileWidths[0];
+  int64_t best_cost = INT64_MAX;
+  for (int w : kTileWidths) {
+    const int64_t waves = (tile_count(p, w) + p.sm_count - 1) / std::max(p.sm_count, 1);
+    const int64_t cost = waves * (kTokenTile + w);
+    if (cost <= best_cost) best = w, best_cost = cost;
+  }
+  return best;
+}
+
+cudaError_t launch(const Problem& p, cudaStream_t stream) {
+  switch (tile_n(p)) {
+    case 16: return launch_out<16>(p, stream);
+    case 32: return launch_out<32>(p, stream);
+    case 48: return launch_out<48>(p, stream);
+    case 64: return launch_out<64>(p, stream);
+    case 80: return launch_out<80>(p, stream);
+    case 96: return launch_out<96>(p, stream);
+    case 112: return launch_out<112>(p, stream);
+    case 128: return launch_out<128>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+size_t workspace(const Problem&) { return 0; }
+
+KPlan plan(const Problem& p) {
+  KPlan out;
+  out.tile_n = tile_n(p);
+  return out;
+}
+
+}  // namespace blockfp8::gemm::sm90::tok64
