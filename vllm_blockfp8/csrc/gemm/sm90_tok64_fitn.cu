@@ -80,7 +80,7 @@ __device__ __forceinline__ void store_pair<__half>(__half* d, float x, float y) 
   *reinterpret_cast<__half2*>(d) = __floats2half2_rn(x, y);
 }
 
-template <int TileN, class Out>
+template <int TileN, class Out, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
     tok64_gemm(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                const __grid_constant__ CUtensorMap a_scale_map, const Params p) {
@@ -146,35 +146,73 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int upper_from = (scale_block + 1) * 128 - n0;
   const int last_block = (p.n + 127) / 128 - 1;
   const float* b_scale_lo = p.b_scale + int64_t(scale_block) * p.k_blocks;
-  const float* b_scale_hi = p.b_scale + int64_t(std::min(scale_block + 1, last_block)) * p.k_blocks;
-  float next_lo = __ldg(b_scale_lo), next_hi = __ldg(b_scale_hi);
+  const float* b_scale_hi = p.b_scale + int64_t(min(scale_block + 1, last_block)) * p.k_blocks;
 
-  for (int kb = 0; kb < p.k_blocks; ++kb) {
+  // One K block's scales: this thread's two token rows, the weight blocks below and above `upper_from`.
+  struct Scales {
+    float t0, t1, w_lo, w_hi;
+  };
+  // Waits for block kb's stage and issues its 4 wgmma into `frag`; the scale loads follow the issue so
+  // that their latency hides under the wgmma.
+  auto issue = [&](auto& frag, int kb, Scales& sc) {
     const int s = kb % S;
-    const float w_lo = next_lo, w_hi = next_hi;
-    if (kb + 1 < p.k_blocks) next_lo = __ldg(b_scale_lo + kb + 1), next_hi = __ldg(b_scale_hi + kb + 1);
     Barrier::wait(&full[s], uint32_t((kb / S) & 1));
-    // Read (and used) before the stage is released.
-    const float t0 = smem_a_scale[s * kTokenTile + row], t1 = smem_a_scale[s * kTokenTile + row + 8];
-    const float s0_lo = t0 * w_lo, s0_hi = t0 * w_hi, s1_lo = t1 * w_lo, s1_hi = t1 * w_hi;
-    warpgroup_fence_operand(partial);
+    warpgroup_fence_operand(frag);
     warpgroup_arrive();
     mma.accumulate_ = GMMA::ScaleOut::Zero;
     CUTLASS_PRAGMA_UNROLL
     for (int k = 0; k < kTileK / 32; ++k) {
-      cute::gemm(mma, tCrA(_, _, k, s), tCrB(_, _, k, s), partial);
+      cute::gemm(mma, tCrA(_, _, k, s), tCrB(_, _, k, s), frag);
       mma.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(partial);
-    __syncwarp();
-    if (lane == 0) Barrier::arrive(&empty[s]);
+    warpgroup_fence_operand(frag);
+    sc.t0 = smem_a_scale[s * kTokenTile + row];
+    sc.t1 = smem_a_scale[s * kTokenTile + row + 8];
+    sc.w_lo = __ldg(b_scale_lo + kb);
+    sc.w_hi = __ldg(b_scale_hi + kb);
+  };
+  // Once block kb's wgmma are complete: promote its fragment, then release its stage (after the promotion,
+  // which consumes the token scales read from that stage).
+  auto promote = [&](auto& frag, int kb, const Scales& sc) {
+    warpgroup_fence_operand(frag);
+    const float s0_lo = sc.t0 * sc.w_lo, s0_hi = sc.t0 * sc.w_hi, s1_lo = sc.t1 * sc.w_lo, s1_hi = sc.t1 * sc.w_hi;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(acc); ++i) {
       const bool upper = 8 * (i / 4) >= upper_from;
       const float scale = (i / 2) % 2 ? (upper ? s1_hi : s1_lo) : (upper ? s0_hi : s0_lo);
-      acc(i) = fmaf(partial(i), scale, acc(i));
+      acc(i) = fmaf(frag(i), scale, acc(i));
+    }
+    __syncwarp();
+    if (lane == 0) Barrier::arrive(&empty[kb % S]);
+  };
+
+  Scales sc0, sc1;
+  if constexpr (!kOverlap) {
+    for (int kb = 0; kb < p.k_blocks; ++kb) {
+      issue(partial, kb, sc0);
+      warpgroup_wait<0>();
+      promote(partial, kb, sc0);
+    }
+  } else {
+    // Block kb's wgmma run while block kb - 1 is promoted (two fragments in turn, one group left pending).
+    // Hand-unrolled by two with separate fragment tensors: an indexed fragment array compiled to
+    // serialized wgmma (C7514) in tools/tma_ingress_probe.cu.
+    Tensor partial1 = make_fragment_like(acc);
+    issue(partial, 0, sc0);
+    int kb = 1;
+    while (true) {
+      if (kb == p.k_blocks) {
+        warpgroup_wait<0>(), promote(partial, kb - 1, sc0);
+        break;
+      }
+      issue(partial1, kb, sc1), warpgroup_wait<1>(), promote(partial, kb - 1, sc0);
+      if (++kb == p.k_blocks) {
+        warpgroup_wait<0>(), promote(partial1, kb - 1, sc1);
+        break;
+      }
+      issue(partial, kb, sc0), warpgroup_wait<1>(), promote(partial1, kb - 1, sc1);
+      ++kb;
     }
   }
 
@@ -213,7 +251,7 @@ bool encode(CUtensorMap* map, CUtensorMapDataType type, const void* base, uint64
             swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int TileN, class Out>
+template <int TileN, class Out, bool kOverlap>
 cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
   using T = Tile<TileN>;
   const uint64_t k_blocks = uint64_t(p.k) / kTileK;
@@ -224,7 +262,7 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
       !encode(&a_scale_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.a_scale, p.a_scale_ld, k_blocks, p.a_scale_ld * 4,
               kTokenTile, 1, CU_TENSOR_MAP_SWIZZLE_NONE))
     return cudaErrorInvalidValue;
-  const auto kernel = tok64_gemm<TileN, Out>;
+  const auto kernel = tok64_gemm<TileN, Out, kOverlap>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
   if (attr != cudaSuccess) return attr;
   const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks)};
@@ -242,9 +280,10 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
-template <int TileN>
+template <int TileN, bool kOverlap>
 cudaError_t launch_out(const Problem& p, cudaStream_t stream) {
-  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16>(p, stream) : launch_width<TileN, __half>(p, stream);
+  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16, kOverlap>(p, stream)
+                    : launch_width<TileN, __half, kOverlap>(p, stream);
 }
 
 }  // namespace
@@ -270,19 +309,22 @@ int tile_n(const Problem& p) {
   return best;
 }
 
+template <bool kOverlap>
 cudaError_t launch(const Problem& p, cudaStream_t stream) {
   switch (tile_n(p)) {
-    case 16: return launch_out<16>(p, stream);
-    case 32: return launch_out<32>(p, stream);
-    case 48: return launch_out<48>(p, stream);
-    case 64: return launch_out<64>(p, stream);
-    case 80: return launch_out<80>(p, stream);
-    case 96: return launch_out<96>(p, stream);
-    case 112: return launch_out<112>(p, stream);
-    case 128: return launch_out<128>(p, stream);
+    case 16: return launch_out<16, kOverlap>(p, stream);
+    case 32: return launch_out<32, kOverlap>(p, stream);
+    case 48: return launch_out<48, kOverlap>(p, stream);
+    case 64: return launch_out<64, kOverlap>(p, stream);
+    case 80: return launch_out<80, kOverlap>(p, stream);
+    case 96: return launch_out<96, kOverlap>(p, stream);
+    case 112: return launch_out<112, kOverlap>(p, stream);
+    case 128: return launch_out<128, kOverlap>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }
+template cudaError_t launch<false>(const Problem&, cudaStream_t);
+template cudaError_t launch<true>(const Problem&, cudaStream_t);
 
 size_t workspace(const Problem&) { return 0; }
 
