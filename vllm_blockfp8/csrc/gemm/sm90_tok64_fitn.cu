@@ -22,6 +22,8 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "cute/tensor.hpp"
 #include "cute/arch/mma_sm90.hpp"
@@ -59,6 +61,8 @@ struct Params {
   const float* b_scale;  // [ceil(n / 128), k / 128]
   void* d;
   int m, n, k_blocks;
+  int m_tiles;
+  bool m_fastest;  // CTA order: the M tiles of one weight tile on consecutive CTAs (else N tiles first)
 };
 
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
@@ -94,8 +98,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_a_scale + S * kTokenTile);
   uint64_t* empty = full + S;
 
-  const int n0 = int(blockIdx.x) * TileN;
-  const int m0 = int(blockIdx.y) * kTokenTile;
+  const int tile = int(blockIdx.x);
+  const int n_tiles = int(gridDim.x) / p.m_tiles;
+  const int n0 = (p.m_fastest ? tile / p.m_tiles : tile % n_tiles) * TileN;
+  const int m0 = (p.m_fastest ? tile % p.m_tiles : tile / n_tiles) * kTokenTile;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) Barrier::init(&full[s], 1), Barrier::init(&empty[s], kMathThreads / 32);
@@ -265,12 +271,17 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
   const auto kernel = tok64_gemm<TileN, Out, kOverlap>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
   if (attr != cudaSuccess) return attr;
-  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks)};
+  const int m_tiles = int((p.m + kTokenTile - 1) / kTokenTile);
+  static const bool m_fastest = [] {
+    const char* v = std::getenv("BLOCKFP8_SM90_TOK64_ORDER");
+    return v != nullptr && std::string(v) == "m_fastest";
+  }();
+  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles, m_fastest};
   cudaLaunchAttribute pdl;
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned((p.n + TileN - 1) / TileN), unsigned((p.m + kTokenTile - 1) / kTokenTile));
+  cfg.gridDim = dim3(unsigned((p.n + TileN - 1) / TileN * m_tiles));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = T::kSmem;
   cfg.stream = stream;
