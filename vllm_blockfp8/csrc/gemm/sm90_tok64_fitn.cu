@@ -45,14 +45,17 @@ constexpr int kSmemBytes = 227 * 1024;         // the SM90 opt-in maximum per bl
 constexpr int kMaxStages = 16;
 constexpr int kABytes = kTokenTile * kTileK;   // 8 KiB
 constexpr int kScaleBytes = kTokenTile * 4;    // the block's 64 token scales
+constexpr int kWeightScaleBytes = 8;           // the block's weight scales below and above the tile's boundary
 
 template <int TileN>
 struct Tile {
   static constexpr int kBBytes = TileN * kTileK;
-  static constexpr int kStageBytes = kABytes + kBBytes + kScaleBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes + kScaleBytes + kWeightScaleBytes;
   // Barriers (2 x 8 B per stage) and the 1 KiB alignment of the swizzled tiles come off the top.
   static constexpr int kStages = std::min(kMaxStages, (kSmemBytes - 1024 - 16 * kMaxStages) / kStageBytes);
   static constexpr int kSmem = 1024 + kStages * kStageBytes + 16 * kStages;
+  // Widths dividing 128 never straddle a weight scale block: one weight scale per block, no selects.
+  static constexpr bool kOneWeightScale = 128 % TileN == 0;
   static_assert(kStages >= 4, "too few stages to keep the loads in flight");
   using Mma = decltype(make_tiled_mma(SM90::GMMA::ss_op_selector<Fp8, Fp8, float, Shape<_64, Int<TileN>, _32>>()));
 };
@@ -95,7 +98,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem_a = smem;                              // S x 8 KiB
   uint8_t* smem_b = smem_a + S * kABytes;              // S x TileN x 128
   float* smem_a_scale = reinterpret_cast<float*>(smem_b + S * T::kBBytes);  // S x 64
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem_a_scale + S * kTokenTile);
+  float2* smem_b_scale = reinterpret_cast<float2*>(smem_a_scale + S * kTokenTile);  // S x (below, above)
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b_scale + S);
   uint64_t* empty = full + S;
 
   const int tile = int(blockIdx.x);
@@ -104,7 +108,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int m0 = (p.m_fastest ? tile % p.m_tiles : tile / n_tiles) * kTokenTile;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < S; ++s) Barrier::init(&full[s], 1), Barrier::init(&empty[s], kMathThreads / 32);
+    // full: the producer's arrive with the TMA bytes, plus the arrive of its weight-scale cp.async.
+    for (int s = 0; s < S; ++s) Barrier::init(&full[s], 2), Barrier::init(&empty[s], kMathThreads / 32);
     cutlass::arch::fence_barrier_init();
   }
   if (warp == 4 && lane == 0) {
@@ -118,15 +123,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   // visible (a no-op for a plain launch).
   asm volatile("griddepcontrol.wait;" ::: "memory");
 
+  // The tile's weight scale rows: the 128-row block of n0 and the next one (the same at the last block).
+  const int scale_block = n0 / 128;
+  const int last_block = (p.n + 127) / 128 - 1;
   if (warp == 4) {
     if (lane != 0) return;
+    const float* b_scale_lo = p.b_scale + int64_t(scale_block) * p.k_blocks;
+    const float* b_scale_hi = p.b_scale + int64_t(min(scale_block + 1, last_block)) * p.k_blocks;
+    int s = 0;
+    uint32_t phase = 0;
     for (int kb = 0; kb < p.k_blocks; ++kb) {
-      const int s = kb % S;
-      if (kb >= S) Barrier::wait(&empty[s], uint32_t((kb / S - 1) & 1));
+      if (kb >= S) Barrier::wait(&empty[s], phase ^ 1);
+      // The weight scales by cp.async (4 bytes each), tracked by the stage's full barrier.
+      const uint32_t w_dst = cute::cast_smem_ptr_to_uint(&smem_b_scale[s]);
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(w_dst), "l"(b_scale_lo + kb) : "memory");
+      if constexpr (!T::kOneWeightScale)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(w_dst + 4), "l"(b_scale_hi + kb) : "memory");
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(&full[s]))
+                   : "memory");
       Barrier::arrive_and_expect_tx(&full[s], kABytes + T::kBBytes + kScaleBytes);
       tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + s * kABytes), &a_map, kb * kTileK, m0, &full[s]);
       tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s]);
       tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a_scale + s * kTokenTile), &a_scale_map, m0, kb, &full[s]);
+      if (++s == S) s = 0, phase ^= 1;
     }
     return;
   }
@@ -147,22 +166,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Accumulator element i of this thread: row warp * 16 + lane / 4 + 8 * ((i / 2) % 2), column
   // 8 * (i / 4) + 2 * (lane % 4) + i % 2 (wgmma's m64nN accumulator layout).
   const int row = warp * 16 + lane / 4;
-  // Columns from `upper_from` on lie in the next 128-row weight scale block (TileN <= 128: at most two).
-  const int scale_block = n0 / 128;
-  const int upper_from = (scale_block + 1) * 128 - n0;
-  const int last_block = (p.n + 127) / 128 - 1;
-  const float* b_scale_lo = p.b_scale + int64_t(scale_block) * p.k_blocks;
-  const float* b_scale_hi = p.b_scale + int64_t(min(scale_block + 1, last_block)) * p.k_blocks;
+  // 8-column groups from `upper_group` on lie in the next 128-row weight scale block.
+  const int upper_group = ((scale_block + 1) * 128 - n0) / 8;
 
-  // One K block's scales: this thread's two token rows, the weight blocks below and above `upper_from`.
+  // One K block's scales: this thread's two token rows, the weight blocks below and above the boundary.
   struct Scales {
-    float t0, t1, w_lo, w_hi;
+    float t0, t1;
+    float2 w;
   };
-  // Waits for block kb's stage and issues its 4 wgmma into `frag`; the scale loads follow the issue so
-  // that their latency hides under the wgmma.
-  auto issue = [&](auto& frag, int kb, Scales& sc) {
-    const int s = kb % S;
-    Barrier::wait(&full[s], uint32_t((kb / S) & 1));
+  int stage = 0;
+  uint32_t phase = 0;
+  // Waits for the next stage and issues its 4 wgmma into `frag`; the scale loads follow the issue so that
+  // their latency hides under the wgmma. Returns the stage.
+  auto issue = [&](auto& frag, Scales& sc) {
+    const int s = stage;
+    Barrier::wait(&full[s], phase);
     warpgroup_fence_operand(frag);
     warpgroup_arrive();
     mma.accumulate_ = GMMA::ScaleOut::Zero;
@@ -175,49 +193,55 @@ __global__ void __launch_bounds__(kThreads, 1)
     warpgroup_fence_operand(frag);
     sc.t0 = smem_a_scale[s * kTokenTile + row];
     sc.t1 = smem_a_scale[s * kTokenTile + row + 8];
-    sc.w_lo = __ldg(b_scale_lo + kb);
-    sc.w_hi = __ldg(b_scale_hi + kb);
+    sc.w = smem_b_scale[s];
+    if (++stage == S) stage = 0, phase ^= 1;
+    return s;
   };
-  // Once block kb's wgmma are complete: promote its fragment, then release its stage (after the promotion,
-  // which consumes the token scales read from that stage).
-  auto promote = [&](auto& frag, int kb, const Scales& sc) {
-    warpgroup_fence_operand(frag);
-    const float s0_lo = sc.t0 * sc.w_lo, s0_hi = sc.t0 * sc.w_hi, s1_lo = sc.t1 * sc.w_lo, s1_hi = sc.t1 * sc.w_hi;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc); ++i) {
-      const bool upper = 8 * (i / 4) >= upper_from;
-      const float scale = (i / 2) % 2 ? (upper ? s1_hi : s1_lo) : (upper ? s0_hi : s0_lo);
-      acc(i) = fmaf(frag(i), scale, acc(i));
-    }
+  // Once a block's wgmma are complete: release its stage (the warp's scale reads from it are ordered
+  // before lane 0's arrive by the __syncwarp), then promote its fragment.
+  auto promote = [&](auto& frag, int s, const Scales& sc) {
     __syncwarp();
-    if (lane == 0) Barrier::arrive(&empty[kb % S]);
+    if (lane == 0) Barrier::arrive(&empty[s]);
+    warpgroup_fence_operand(frag);
+    const float s0_lo = sc.t0 * sc.w.x, s1_lo = sc.t1 * sc.w.x;
+    float s0_hi = s0_lo, s1_hi = s1_lo;
+    if constexpr (!T::kOneWeightScale) s0_hi = sc.t0 * sc.w.y, s1_hi = sc.t1 * sc.w.y;
+    CUTLASS_PRAGMA_UNROLL
+    for (int g = 0; g < TileN / 8; ++g) {
+      const bool upper = !T::kOneWeightScale && g >= upper_group;
+      const float scale0 = upper ? s0_hi : s0_lo, scale1 = upper ? s1_hi : s1_lo;
+      acc(4 * g + 0) = fmaf(frag(4 * g + 0), scale0, acc(4 * g + 0));
+      acc(4 * g + 1) = fmaf(frag(4 * g + 1), scale0, acc(4 * g + 1));
+      acc(4 * g + 2) = fmaf(frag(4 * g + 2), scale1, acc(4 * g + 2));
+      acc(4 * g + 3) = fmaf(frag(4 * g + 3), scale1, acc(4 * g + 3));
+    }
   };
 
   Scales sc0, sc1;
   if constexpr (!kOverlap) {
     for (int kb = 0; kb < p.k_blocks; ++kb) {
-      issue(partial, kb, sc0);
+      const int s = issue(partial, sc0);
       warpgroup_wait<0>();
-      promote(partial, kb, sc0);
+      promote(partial, s, sc0);
     }
   } else {
     // Block kb's wgmma run while block kb - 1 is promoted (two fragments in turn, one group left pending).
     // Hand-unrolled by two with separate fragment tensors: an indexed fragment array compiled to
     // serialized wgmma (C7514) in tools/tma_ingress_probe.cu.
     Tensor partial1 = make_fragment_like(acc);
-    issue(partial, 0, sc0);
+    int s0 = issue(partial, sc0), s1 = 0;
     int kb = 1;
     while (true) {
       if (kb == p.k_blocks) {
-        warpgroup_wait<0>(), promote(partial, kb - 1, sc0);
+        warpgroup_wait<0>(), promote(partial, s0, sc0);
         break;
       }
-      issue(partial1, kb, sc1), warpgroup_wait<1>(), promote(partial, kb - 1, sc0);
+      s1 = issue(partial1, sc1), warpgroup_wait<1>(), promote(partial, s0, sc0);
       if (++kb == p.k_blocks) {
-        warpgroup_wait<0>(), promote(partial1, kb - 1, sc1);
+        warpgroup_wait<0>(), promote(partial1, s1, sc1);
         break;
       }
-      issue(partial, kb, sc0), warpgroup_wait<1>(), promote(partial1, kb - 1, sc1);
+      s0 = issue(partial, sc0), warpgroup_wait<1>(), promote(partial1, s1, sc1);
       ++kb;
     }
   }
