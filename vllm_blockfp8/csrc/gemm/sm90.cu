@@ -51,11 +51,9 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason,
 using sm90::tile_count;
 using sm90::waves;
 
-template <bool kOverlap>
 constexpr Sm90Row make_tok64_row(const char* name, int64_t max_m, const char* reason,
                                  bool (*prefers)(const Problem&) = nullptr) {
-  return {{name, max_m, reason}, &sm90::tok64::launch<kOverlap>, &sm90::tok64::workspace, &sm90::tok64::plan,
-          prefers};
+  return {{name, max_m, reason}, &sm90::tok64::launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
 }
 
 // The 64-row ping-pong rows' tiles fill one wave, from 64 tiles up.
@@ -205,13 +203,11 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_tok64_row<false>("sm90_tok64_fitn", kUnboundedM,
+  make_tok64_row("sm90_tok64_fitn", kUnboundedM,
       "candidate (forced only): unswapped 64-token tiles, one math warpgroup, weight tiles 16..128 wide picked so "
-      "the tiles fill about one wave (straddling 128-row scale blocks), our own TMA/wgmma kernel; each K block "
-      "drains before its promotion (sm90_tok64_fitn.cu; gemm/NOTES.md fifteenth session)"),
-  make_tok64_row<true>("sm90_tok64_fitn_ovl", kUnboundedM,
-      "candidate (forced only): the row above with block k's wgmma running while block k - 1 is promoted "
-      "(two fragments; gemm/NOTES.md fifteenth session)"),
+      "the tiles fill about one wave (straddling 128-row scale blocks), our own TMA/wgmma kernel; 1.05-1.16x the "
+      "selected row's time at M = 32..128 and 1.2-1.3x DeepGEMM's on the same tiles (sm90_tok64_fitn.cu; "
+      "gemm/NOTES.md fifteenth session)"),
 };
 // clang-format on
 

@@ -19,9 +19,6 @@ inline constexpr int kTokenTile = 64;
 int tile_n(const Problem& p);
 int64_t tile_count(const Problem& p, int tile_n);
 
-// kOverlap: block k's wgmma run while block k - 1 is promoted (two fragments); else each block drains
-// (wait<0>) before its promotion.
-template <bool kOverlap>
 cudaError_t launch(const Problem& p, cudaStream_t stream);
 size_t workspace(const Problem& p);  // always 0: K is walked whole, nothing is shared between CTAs
 KPlan plan(const Problem& p);

@@ -22,8 +22,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "cute/tensor.hpp"
 #include "cute/arch/mma_sm90.hpp"
@@ -65,7 +63,6 @@ struct Params {
   void* d;
   int m, n, k_blocks;
   int m_tiles;
-  bool m_fastest;  // CTA order: the M tiles of one weight tile on consecutive CTAs (else N tiles first)
 };
 
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
@@ -87,7 +84,7 @@ __device__ __forceinline__ void store_pair<__half>(__half* d, float x, float y) 
   *reinterpret_cast<__half2*>(d) = __floats2half2_rn(x, y);
 }
 
-template <int TileN, class Out, bool kOverlap>
+template <int TileN, class Out>
 __global__ void __launch_bounds__(kThreads, 1)
     tok64_gemm(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                const __grid_constant__ CUtensorMap a_scale_map, const Params p) {
@@ -102,10 +99,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem_b_scale + S);
   uint64_t* empty = full + S;
 
-  const int tile = int(blockIdx.x);
-  const int n_tiles = int(gridDim.x) / p.m_tiles;
-  const int n0 = (p.m_fastest ? tile / p.m_tiles : tile % n_tiles) * TileN;
-  const int m0 = (p.m_fastest ? tile % p.m_tiles : tile / n_tiles) * kTokenTile;
+  // The token tiles of one weight tile on consecutive CTAs (as DeepGEMM orders them): they read the same
+  // weight lines at about the same time (per K block 0.279 against 0.291 us at M = 128, N = 6144, 0.542
+  // against 0.634 at M = 256, gemm/NOTES.md fifteenth session).
+  const int n0 = int(blockIdx.x) / p.m_tiles * TileN;
+  const int m0 = int(blockIdx.x) % p.m_tiles * kTokenTile;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   if (threadIdx.x == 0) {
     // full: the producer's arrive with the TMA bytes, plus the arrive of its weight-scale cp.async.
@@ -169,82 +167,48 @@ __global__ void __launch_bounds__(kThreads, 1)
   // 8-column groups from `upper_group` on lie in the next 128-row weight scale block.
   const int upper_group = ((scale_block + 1) * 128 - n0) / 8;
 
-  // One K block's scales: this thread's two token rows, the weight blocks below and above the boundary.
-  struct Scales {
-    float t0, t1;
-    float2 w;
-  };
-  int stage = 0;
-  uint32_t phase = 0;
-  // Waits for the next stage and issues its 4 wgmma into `frag`; the scale loads follow the issue so that
-  // their latency hides under the wgmma. Returns the stage.
-  auto issue = [&](auto& frag, Scales& sc) {
-    const int s = stage;
+  // One K block on stage s (a constant inside the unrolled rounds below, so its descriptors and scale
+  // addresses fold): wait for the stage, 4 wgmma into the fresh fragment, the scale loads under them,
+  // drain, release the stage (the warp's scale reads from it are ordered before lane 0's arrive by the
+  // __syncwarp), promote.
+  auto block = [&](const int s, const uint32_t phase) {
     Barrier::wait(&full[s], phase);
-    warpgroup_fence_operand(frag);
+    warpgroup_fence_operand(partial);
     warpgroup_arrive();
     mma.accumulate_ = GMMA::ScaleOut::Zero;
     CUTLASS_PRAGMA_UNROLL
     for (int k = 0; k < kTileK / 32; ++k) {
-      cute::gemm(mma, tCrA(_, _, k, s), tCrB(_, _, k, s), frag);
+      cute::gemm(mma, tCrA(_, _, k, s), tCrB(_, _, k, s), partial);
       mma.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-    warpgroup_fence_operand(frag);
-    sc.t0 = smem_a_scale[s * kTokenTile + row];
-    sc.t1 = smem_a_scale[s * kTokenTile + row + 8];
-    sc.w = smem_b_scale[s];
-    if (++stage == S) stage = 0, phase ^= 1;
-    return s;
-  };
-  // Once a block's wgmma are complete: release its stage (the warp's scale reads from it are ordered
-  // before lane 0's arrive by the __syncwarp), then promote its fragment.
-  auto promote = [&](auto& frag, int s, const Scales& sc) {
+    const float t0 = smem_a_scale[s * kTokenTile + row], t1 = smem_a_scale[s * kTokenTile + row + 8];
+    const float2 w = smem_b_scale[s];
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(partial);
     __syncwarp();
     if (lane == 0) Barrier::arrive(&empty[s]);
-    warpgroup_fence_operand(frag);
-    const float s0_lo = sc.t0 * sc.w.x, s1_lo = sc.t1 * sc.w.x;
+    const float s0_lo = t0 * w.x, s1_lo = t1 * w.x;
     float s0_hi = s0_lo, s1_hi = s1_lo;
-    if constexpr (!T::kOneWeightScale) s0_hi = sc.t0 * sc.w.y, s1_hi = sc.t1 * sc.w.y;
+    if constexpr (!T::kOneWeightScale) s0_hi = t0 * w.y, s1_hi = t1 * w.y;
     CUTLASS_PRAGMA_UNROLL
     for (int g = 0; g < TileN / 8; ++g) {
       const bool upper = !T::kOneWeightScale && g >= upper_group;
       const float scale0 = upper ? s0_hi : s0_lo, scale1 = upper ? s1_hi : s1_lo;
-      acc(4 * g + 0) = fmaf(frag(4 * g + 0), scale0, acc(4 * g + 0));
-      acc(4 * g + 1) = fmaf(frag(4 * g + 1), scale0, acc(4 * g + 1));
-      acc(4 * g + 2) = fmaf(frag(4 * g + 2), scale1, acc(4 * g + 2));
-      acc(4 * g + 3) = fmaf(frag(4 * g + 3), scale1, acc(4 * g + 3));
+      acc(4 * g + 0) = fmaf(partial(4 * g + 0), scale0, acc(4 * g + 0));
+      acc(4 * g + 1) = fmaf(partial(4 * g + 1), scale0, acc(4 * g + 1));
+      acc(4 * g + 2) = fmaf(partial(4 * g + 2), scale1, acc(4 * g + 2));
+      acc(4 * g + 3) = fmaf(partial(4 * g + 3), scale1, acc(4 * g + 3));
     }
   };
-
-  Scales sc0, sc1;
-  if constexpr (!kOverlap) {
-    for (int kb = 0; kb < p.k_blocks; ++kb) {
-      const int s = issue(partial, sc0);
-      warpgroup_wait<0>();
-      promote(partial, s, sc0);
-    }
-  } else {
-    // Block kb's wgmma run while block kb - 1 is promoted (two fragments in turn, one group left pending).
-    // Hand-unrolled by two with separate fragment tensors: an indexed fragment array compiled to
-    // serialized wgmma (C7514) in tools/tma_ingress_probe.cu.
-    Tensor partial1 = make_fragment_like(acc);
-    int s0 = issue(partial, sc0), s1 = 0;
-    int kb = 1;
-    while (true) {
-      if (kb == p.k_blocks) {
-        warpgroup_wait<0>(), promote(partial, s0, sc0);
-        break;
-      }
-      s1 = issue(partial1, sc1), warpgroup_wait<1>(), promote(partial, s0, sc0);
-      if (++kb == p.k_blocks) {
-        warpgroup_wait<0>(), promote(partial1, s1, sc1);
-        break;
-      }
-      s0 = issue(partial, sc0), warpgroup_wait<1>(), promote(partial1, s1, sc1);
-      ++kb;
-    }
+  // Whole rounds of S blocks unrolled (stage indices constant), then the remaining blocks.
+  uint32_t phase = 0;
+  int kb = 0;
+  for (; kb + S <= p.k_blocks; kb += S, phase ^= 1) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < S; ++s) block(s, phase);
   }
+  for (int s = 0; kb < p.k_blocks; ++kb, ++s) block(s, phase);
 
   Out* d = static_cast<Out*>(p.d);
   CUTLASS_PRAGMA_UNROLL
@@ -281,7 +245,7 @@ bool encode(CUtensorMap* map, CUtensorMapDataType type, const void* base, uint64
             swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int TileN, class Out, bool kOverlap>
+template <int TileN, class Out>
 cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
   using T = Tile<TileN>;
   const uint64_t k_blocks = uint64_t(p.k) / kTileK;
@@ -292,15 +256,11 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
       !encode(&a_scale_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.a_scale, p.a_scale_ld, k_blocks, p.a_scale_ld * 4,
               kTokenTile, 1, CU_TENSOR_MAP_SWIZZLE_NONE))
     return cudaErrorInvalidValue;
-  const auto kernel = tok64_gemm<TileN, Out, kOverlap>;
+  const auto kernel = tok64_gemm<TileN, Out>;
   static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
   if (attr != cudaSuccess) return attr;
   const int m_tiles = int((p.m + kTokenTile - 1) / kTokenTile);
-  static const bool m_fastest = [] {
-    const char* v = std::getenv("BLOCKFP8_SM90_TOK64_ORDER");
-    return v != nullptr && std::string(v) == "m_fastest";
-  }();
-  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles, m_fastest};
+  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles};
   cudaLaunchAttribute pdl;
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
@@ -315,10 +275,9 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
-template <int TileN, bool kOverlap>
+template <int TileN>
 cudaError_t launch_out(const Problem& p, cudaStream_t stream) {
-  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16, kOverlap>(p, stream)
-                    : launch_width<TileN, __half, kOverlap>(p, stream);
+  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16>(p, stream) : launch_width<TileN, __half>(p, stream);
 }
 
 }  // namespace
@@ -344,22 +303,19 @@ int tile_n(const Problem& p) {
   return best;
 }
 
-template <bool kOverlap>
 cudaError_t launch(const Problem& p, cudaStream_t stream) {
   switch (tile_n(p)) {
-    case 16: return launch_out<16, kOverlap>(p, stream);
-    case 32: return launch_out<32, kOverlap>(p, stream);
-    case 48: return launch_out<48, kOverlap>(p, stream);
-    case 64: return launch_out<64, kOverlap>(p, stream);
-    case 80: return launch_out<80, kOverlap>(p, stream);
-    case 96: return launch_out<96, kOverlap>(p, stream);
-    case 112: return launch_out<112, kOverlap>(p, stream);
-    case 128: return launch_out<128, kOverlap>(p, stream);
+    case 16: return launch_out<16>(p, stream);
+    case 32: return launch_out<32>(p, stream);
+    case 48: return launch_out<48>(p, stream);
+    case 64: return launch_out<64>(p, stream);
+    case 80: return launch_out<80>(p, stream);
+    case 96: return launch_out<96>(p, stream);
+    case 112: return launch_out<112>(p, stream);
+    case 128: return launch_out<128>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }
-template cudaError_t launch<false>(const Problem&, cudaStream_t);
-template cudaError_t launch<true>(const Problem&, cudaStream_t);
 
 size_t workspace(const Problem&) { return 0; }
 
