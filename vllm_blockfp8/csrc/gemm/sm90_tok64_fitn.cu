@@ -107,7 +107,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   if (threadIdx.x == 0) {
     // full: the producer's arrive with the TMA bytes, plus the arrive of its weight-scale cp.async.
-    for (int s = 0; s < S; ++s) Barrier::init(&full[s], 2), Barrier::init(&empty[s], kMathThreads / 32);
+    // empty: every math thread arrives after its own reads of the stage (a release per reading thread;
+    // one arrive per warp after __syncwarp left compute-sanitizer's racecheck reporting the weight-scale
+    // cp.async against the other lanes' reads, gemm/NOTES.md fifteenth session).
+    for (int s = 0; s < S; ++s) Barrier::init(&full[s], 2), Barrier::init(&empty[s], kMathThreads);
     cutlass::arch::fence_barrier_init();
   }
   if (warp == 4 && lane == 0) {
@@ -169,8 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // One K block on stage s (a constant inside the unrolled rounds below, so its descriptors and scale
   // addresses fold): wait for the stage, 4 wgmma into the fresh fragment, the scale loads under them,
-  // drain, release the stage (the warp's scale reads from it are ordered before lane 0's arrive by the
-  // __syncwarp), promote.
+  // drain, release the stage (each thread after its own reads of it), promote.
   auto block = [&](const int s, const uint32_t phase) {
     Barrier::wait(&full[s], phase);
     warpgroup_fence_operand(partial);
@@ -186,8 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float2 w = smem_b_scale[s];
     warpgroup_wait<0>();
     warpgroup_fence_operand(partial);
-    __syncwarp();
-    if (lane == 0) Barrier::arrive(&empty[s]);
+    Barrier::arrive(&empty[s]);
     const float s0_lo = t0 * w.x, s1_lo = t1 * w.x;
     float s0_hi = s0_lo, s1_hi = s1_lo;
     if constexpr (!T::kOneWeightScale) s0_hi = t0 * w.y, s1_hi = t1 * w.y;
