@@ -74,6 +74,34 @@ def test_sm90_switches_are_checked_at_import_values():
     ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "gemm"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_PDL='off'"):
         ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "off"})
+    ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "96"})
+    with pytest.raises(ValueError, match="BLOCKFP8_SM90_TILE_N='100'"):
+        ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "100"})
+
+
+# (m, n, width) at 132 SMs: the 64-token-tile row's width rule (sm90_tok64_fitn.cu, tile_n). At M = 128 it
+# picks DeepGEMM's own widths (gemm/NOTES.md fourteenth session: 64x32 / 64x64 / 64x80 / 64x96 tiles).
+TOK64_WIDTHS_AT_132_SMS = [
+    (128, 2048, 32), (128, 4096, 64), (128, 5120, 80), (128, 6144, 96),
+    (64, 4096, 32),   # one token tile: 128 tiles of 32 (96 B a CTA) beat 64 of 64 (128 B)
+    (32, 2112, 16),   # 132 tiles of 16 fill one wave exactly
+    (96, 24576, 128),  # no width fits one wave: the widest tile, fewest waves times bytes
+    (256, 6144, 96),  # 4 token tiles: 2 waves of 96-wide tiles (cost 320) beat 2 of 128 (384), 3 of 64 (384)
+]
+
+
+@pytest.mark.skipif("9.0a" not in ops.build_info().get("archs", []) if ops.HAS_CUDA_KERNELS else True,
+                    reason="the SM90 GEMM is not in this build (TORCH_CUDA_ARCH_LIST without 9.0a)")
+def test_sm90_tok64_width_rule_at_132_sms():
+    """The fewest waves times bytes a CTA loads per K block ((64 + width) x 128), ties to the wider tile;
+    data-parallel, no workspace (host logic only)."""
+    row = 8
+    assert ops.gemm_k_plan(row, 128, 4096, 4096, 132)["row"] == "sm90_tok64_fitn"
+    got = [(m, n, ops.gemm_k_plan(row, m, n, 4096, 132)["tile_n"]) for m, n, _ in TOK64_WIDTHS_AT_132_SMS]
+    assert got == TOK64_WIDTHS_AT_132_SMS
+    plan = ops.gemm_k_plan(row, 128, 6144, 7168, 132)
+    assert (plan["plan"], plan["workspace_bytes"]) == ("data-parallel", 0)
+    assert ops.gemm_k_plan(row, 128, 2048, 4096, 66)["tile_n"] == 64, "half the SMs: 64 tiles of 64 in one wave"
 
 
 GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
@@ -123,6 +151,7 @@ def test_sm90_gemm_k_plan_at_132_sms():
     assert ops.gemm_k_plan(4, 128, 6144, 4096, 132)["workspace_bytes"] == 0
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 132)["workspace_bytes"] >= 4 * 32 * 4096 * 4
     assert ops.gemm_k_plan(5, 96, 4096, 7168, 132)["workspace_bytes"] > 0, "split-K x2"
+    assert ops.gemm_k_plan(4, 128, 6144, 4096, 132)["tile_n"] == 0, "CUTLASS rows have a fixed tile"
     with pytest.raises(ValueError, match="row index out of range"):
         ops.gemm_k_plan(99, 32, 4096, 4096, 132)
     with pytest.raises(ValueError, match="multiple of 128"):

@@ -4,18 +4,18 @@
 //   A fp8 [m, k] K-major, SFA fp32 per token per 128 K (M-major, ld % 4 == 0), B fp8 [n, k]
 //   K-major, SFB fp32 [ceil(n/128), k/128] row-major, D bf16/fp16 [m, n] row-major.
 //
-// Kernels: CUTLASS cooperative (for 64-row weight tiles: ping-pong) TMA/wgmma mainloop with
-// blockwise scaling (sm90_kernel.cuh); each row's two instantiations (bf16 and fp16 out) live in
-// sm90_<row name>.cu, one file per row of the table below (the `_ovl` rows run our own consumer loop
-// on that collective: sm90_overlap_mainloop.cuh). A row may carry a selection precondition (mostly
-// the 64-row rows: their tiles fill one wave; the 128x32 row above M = 48: few 64-row tiles; the
-// `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row;
-// the `_persistent` 128x64 row: the plain one would run K whole; the `_sk` row: its stream-K rule
-// fires); forcing a row ignores it. Where their
-// tiles leave SMs idle the cooperative swap rows split K: the 128x32 row and the 128x64 `_slicek` row
-// into K slices run as one batched launch plus a sum kernel (where that saves more than it costs),
-// else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168. The 128x128 `_sk` row runs a nearly
-// empty last wave as stream-K.
+// Kernels: CUTLASS cooperative (for 64-row weight tiles: ping-pong) TMA/wgmma mainloop with blockwise
+// scaling (sm90_kernel.cuh); each row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu,
+// one file per row of the table below (the `_ovl` rows run our own consumer loop on that collective:
+// sm90_overlap_mainloop.cuh); the forced-only `sm90_tok64_fitn` row is a kernel of our own
+// (sm90_tok64_fitn.cu: 64-token tiles, a weight-tile width per problem). A row may carry a selection
+// precondition (mostly the 64-row rows: their tiles fill one wave; the 128x32 row above M = 48: few 64-row
+// tiles; the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128
+// row; the `_persistent` 128x64 row: the plain one would run K whole; the `_sk` row: its stream-K rule
+// fires); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
+// the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
+// (where that saves more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
+// The 128x128 `_sk` row runs a nearly empty last wave as stream-K.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -205,8 +205,9 @@ const Sm90Row kRows[] = {
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
   make_tok64_row("sm90_tok64_fitn", kUnboundedM,
       "candidate (forced only): unswapped 64-token tiles, one math warpgroup, weight tiles 16..128 wide picked so "
-      "the tiles fill about one wave (straddling 128-row scale blocks), our own TMA/wgmma kernel; 1.05-1.16x the "
-      "selected row's time at M = 32..128 and 1.2-1.3x DeepGEMM's on the same tiles (sm90_tok64_fitn.cu; "
+      "the tiles fill about one wave (straddling 128-row scale blocks), our own TMA/wgmma kernel; fit A/B against the "
+      "selected row 1.12 / 1.07 / 1.03 / 1.06 / 1.43 at M = 32 / 64 / 96 / 128 / 256 (0.88-0.96 where one wave "
+      "of tiles <= 96 wide covers M = 96..128), 1.2-1.3x DeepGEMM's time on the same tiles (sm90_tok64_fitn.cu; "
       "gemm/NOTES.md fifteenth session)"),
 };
 // clang-format on

@@ -7,12 +7,13 @@
 // TileN (16..128) picked per problem so that the tiles fill about one wave (tile_n below). A tile may
 // straddle two 128-row weight scale blocks (e.g. 96 wide at n0 = 96), which CUTLASS's blockwise
 // collective cannot express (its scale tile is TileN / 128 blocks), hence this kernel of our own.
-// One producer warp loads each K block's A (64x128), B (TileNx128) and token scales (64 fp32) by TMA
-// into a ring of stages; one math warpgroup runs 4 m64nTileNk32 SS wgmma per block into a fresh
-// fragment, waits, releases the stage and promotes: acc += partial * token scale (2 rows per thread) *
-// weight scale (per 8-column group: the block below or above the 128-row boundary). The weight scales
-// are read from global one block ahead. Epilogue: direct 4-byte stores from registers, masked at M, N.
-// Non-persistent grid (N tiles x M tiles), K walked whole (no split, no workspace).
+// One producer warp (one thread) loads each K block's A (64x128), B (TileNx128) and token scales (64 fp32)
+// by TMA, and the block's one or two weight scales by cp.async, into a ring of 9-16 stages; one math
+// warpgroup runs 4 m64nTileNk32 SS wgmma per block into a fresh fragment, drains them, releases the stage
+// and promotes: acc += partial * token scale (2 rows per thread) * weight scale (per 8-column group: the
+// block below or above the 128-row boundary). The K loop is unrolled by the stage count. Epilogue: direct
+// 4-byte stores from registers, masked at M and N. Non-persistent 1-D grid, a weight tile's token tiles on
+// consecutive CTAs; K walked whole (no split, no workspace).
 // Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED  // wgmma N = 80 / 112 (the selector's exact shapes)
 
