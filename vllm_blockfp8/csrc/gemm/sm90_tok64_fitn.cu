@@ -23,6 +23,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "cute/tensor.hpp"
 #include "cute/arch/mma_sm90.hpp"
@@ -258,16 +259,20 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
       !encode(&a_scale_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.a_scale, p.a_scale_ld, k_blocks, p.a_scale_ld * 4,
               kTokenTile, 1, CU_TENSOR_MAP_SWIZZLE_NONE))
     return cudaErrorInvalidValue;
+  const int64_t tiles = tile_count(p, TileN);
+  if (tiles > std::numeric_limits<int32_t>::max()) return cudaErrorInvalidValue;
   const auto kernel = tok64_gemm<TileN, Out>;
-  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
-  if (attr != cudaSuccess) return attr;
+  // Every launch, as CUTLASS's adapter does: the attribute belongs to the current device's context.
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
+      e != cudaSuccess)
+    return e;
   const int m_tiles = int((p.m + kTokenTile - 1) / kTokenTile);
   const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles};
   cudaLaunchAttribute pdl;
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned((p.n + TileN - 1) / TileN * m_tiles));
+  cfg.gridDim = dim3(unsigned(tiles));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = T::kSmem;
   cfg.stream = stream;
