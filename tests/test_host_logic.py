@@ -77,6 +77,9 @@ def test_sm90_switches_are_checked_at_import_values():
     ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "96"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_TILE_N='100'"):
         ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "100"})
+    ops.check_sm90_env({"BLOCKFP8_SM90_TOK64_L2": "stream"})
+    with pytest.raises(ValueError, match="BLOCKFP8_SM90_TOK64_L2='evict_last'"):
+        ops.check_sm90_env({"BLOCKFP8_SM90_TOK64_L2": "evict_last"})
 
 
 # (m, n, width) at 132 SMs: the 64-token-tile row's width rule (sm90_tok64_fitn.cu, tile_n). At M = 128 it

@@ -26,6 +26,7 @@
 #include <limits>
 
 #include "cute/tensor.hpp"
+#include "cute/arch/copy_sm90_desc.hpp"
 #include "cute/arch/mma_sm90.hpp"
 #include "cute/atom/mma_traits_sm90_gmma.hpp"
 #include "cutlass/arch/barrier.h"
@@ -65,14 +66,29 @@ struct Params {
   void* d;
   int m, n, k_blocks;
   int m_tiles;
+  // The TMA loads' L2 cache policies (activations and token scales, weights); `l2_hint` false: no policy
+  // operand (Problem::tok64_l2_policy, the BLOCKFP8_SM90_TOK64_L2 switch).
+  bool l2_hint;
+  uint64_t a_policy, b_policy;
 };
 
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-      :
-      : "r"(dst), "l"(map), "r"(x), "r"(y), "r"(cute::cast_smem_ptr_to_uint(bar))
-      : "memory");
+// One 2D TMA load into shared memory, completing on `bar`; with an L2 cache-policy operand where `hint`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar,
+                                            bool hint, uint64_t policy) {
+  const uint32_t bar_addr = cute::cast_smem_ptr_to_uint(bar);
+  if (hint)
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%2, %3}], [%4], %5;"
+        :
+        : "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar_addr), "l"(policy)
+        : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        :
+        : "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar_addr)
+        : "memory");
 }
 
 template <class Out>
@@ -145,9 +161,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(&full[s]))
                    : "memory");
       Barrier::arrive_and_expect_tx(&full[s], kABytes + T::kBBytes + kScaleBytes);
-      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + s * kABytes), &a_map, kb * kTileK, m0, &full[s]);
-      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s]);
-      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a_scale + s * kTokenTile), &a_scale_map, m0, kb, &full[s]);
+      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + s * kABytes), &a_map, kb * kTileK, m0, &full[s], p.l2_hint,
+                  p.a_policy);
+      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s], p.l2_hint,
+                  p.b_policy);
+      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a_scale + s * kTokenTile), &a_scale_map, m0, kb, &full[s],
+                  p.l2_hint, p.a_policy);
       if (++s == S) s = 0, phase ^= 1;
     }
     return;
@@ -267,7 +286,12 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
       e != cudaSuccess)
     return e;
   const int m_tiles = int((p.m + kTokenTile - 1) / kTokenTile);
-  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles};
+  using Hint = cute::TMA::CacheHintSm90;
+  const auto policy = [](Hint h) { return static_cast<uint64_t>(h); };
+  const bool streams_weights = p.tok64_l2_policy == 2;
+  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles, p.tok64_l2_policy != 0,
+                      policy(streams_weights ? Hint::EVICT_LAST : Hint::EVICT_NORMAL),
+                      policy(streams_weights ? Hint::EVICT_FIRST : Hint::EVICT_NORMAL)};
   cudaLaunchAttribute pdl;
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
