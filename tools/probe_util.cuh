@@ -24,6 +24,20 @@ __device__ __forceinline__ void keep_live(float* sink, const Frags&... frags) {
   if (s == -1.2345f) sink[0] = s;
 }
 
+// What the one-CTA-per-SM probes allocate: the SM count, one cycle count per CTA, and keep_live's sink.
+struct ProbeDevice {
+  int sms = 0;
+  long long* cycles = nullptr;
+  float* sink = nullptr;
+};
+inline ProbeDevice probe_device() {
+  ProbeDevice d;
+  cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, 0);
+  cudaMalloc(&d.cycles, d.sms * sizeof(long long));
+  cudaMalloc(&d.sink, sizeof(float));
+  return d;
+}
+
 // The largest per-CTA cycle count of the last launch (one CTA per SM).
 inline long long worst_cta_cycles(const long long* device_cycles, int ctas) {
   std::vector<long long> host(ctas);

@@ -181,16 +181,11 @@ double run(int sms, long long* cycles, float* sink, const char* name, FILE* json
 }
 
 int main(int argc, char** argv) {
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  long long* cycles;
-  float* sink;
-  cudaMalloc(&cycles, sms * sizeof(long long));
-  cudaMalloc(&sink, sizeof(float));
+  const ProbeDevice dev = probe_device();
   FILE* json = nullptr;
-  if (argc > 1) json = open_probe_json(argv[1], sms, "\"blocks\": 4000, ");
-  run<true>(sms, cycles, sink, "the loop", json, false);
-  run<false>(sms, cycles, sink, "the loop, no slice reloads", json, true);
+  if (argc > 1) json = open_probe_json(argv[1], dev.sms, "\"blocks\": 4000, ");
+  run<true>(dev.sms, dev.cycles, dev.sink, "the loop", json, false);
+  run<false>(dev.sms, dev.cycles, dev.sink, "the loop, no slice reloads", json, true);
   if (json) {
     fprintf(json, "]}\n");
     fclose(json);

@@ -154,17 +154,12 @@ void sweep(std::vector<Result>& out, int sms, long long* c, float* s) {
 }
 
 int main(int argc, char** argv) {
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  long long* cycles;
-  float* sink;
-  cudaMalloc(&cycles, sms * sizeof(long long));
-  cudaMalloc(&sink, sizeof(float));
+  const ProbeDevice dev = probe_device();
   std::vector<Result> out;
-  sweep<false>(out, sms, cycles, sink);
-  sweep<true>(out, sms, cycles, sink);
+  sweep<false>(out, dev.sms, dev.cycles, dev.sink);
+  sweep<true>(out, dev.sms, dev.cycles, dev.sink);
   if (argc > 1) {
-    FILE* f = open_probe_json(argv[1], sms, "\"iters\": 2000, ");
+    FILE* f = open_probe_json(argv[1], dev.sms, "\"iters\": 2000, ");
     for (size_t i = 0; i < out.size(); ++i)
       fprintf(f, "  {\"name\": \"%s\", \"n\": %d, \"chains\": %d, \"wgs\": %d, \"cycles_per_wgmma\": %.2f, \"over_tensor\": %.3f}%s\n",
               out[i].name.c_str(), out[i].n, out[i].chains, out[i].wgs, out[i].cycles_per_wgmma,
