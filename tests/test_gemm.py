@@ -113,7 +113,7 @@ def test_table_shape():
 
 # The row the table picks for 4096x4096 on 132 SMs (test_host_logic.py pins more at that SM count).
 SELECTED_4096_AT_132_SMS = {1: "sm90_swapab_64x32x128_pp_ovl", 64: "sm90_swapab_64x32x128_pp_ovl",
-                            65: "sm90_swapab_64x64x128_pp_ovl", 128: "sm90_swapab_64x64x128_pp_ovl",
+                            65: "sm90_tok64_fitn", 128: "sm90_tok64_fitn",
                             129: "sm90_swapab_128x64x128_ovl_persistent", 256: "sm90_swapab_128x64x128_ovl_persistent",
                             257: "sm90_coop_128x128x128_c2x1_ovl", 4096: "sm90_coop_128x128x128_c2x1_ovl",
                             8192: "sm90_coop_128x128x128_c2x1_ovl"}
@@ -190,6 +190,17 @@ def test_tok64_every_width(width, out_dtype):
         pytest.skip(f"{TOK64_ROW} is not in this build's table")
     m, n = _tok64_problem(width)
     _check(m, n, 1024, out_dtype, TOK64_ROW, seed=width)
+
+
+@pytest.mark.parametrize("width", (64, 96))
+def test_tok64_weight_scales_from_global(width):
+    """K = 33024 (258 K blocks) is past the 256 blocks of weight scales the 64-token-tile row keeps in
+    shared memory (sm90_tok64_fitn.cu, kMaxResidentKBlocks), so it reads them from global memory each
+    block: one width with one scale block per tile, one straddling two."""
+    if TOK64_ROW not in ROWS:
+        pytest.skip(f"{TOK64_ROW} is not in this build's table")
+    m, n = _tok64_problem(width)
+    _check(m, n, 33024, torch.bfloat16, TOK64_ROW, seed=width + 1)
 
 
 # K-block counts and grids for the consumer loops (m, n, k, all-positive operands).

@@ -77,9 +77,6 @@ def test_sm90_switches_are_checked_at_import_values():
     ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "96"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_TILE_N='100'"):
         ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "100"})
-    ops.check_sm90_env({"BLOCKFP8_SM90_TOK64_L2": "stream"})
-    with pytest.raises(ValueError, match="BLOCKFP8_SM90_TOK64_L2='evict_last'"):
-        ops.check_sm90_env({"BLOCKFP8_SM90_TOK64_L2": "evict_last"})
 
 
 # (m, n, width) at 132 SMs: the 64-token-tile row's width rule (sm90_tok64_fitn.cu, tile_n). At M = 128 it
@@ -98,7 +95,7 @@ TOK64_WIDTHS_AT_132_SMS = [
 def test_sm90_tok64_width_rule_at_132_sms():
     """The fewest waves times bytes a CTA loads per K block ((64 + width) x 128), ties to the wider tile;
     data-parallel, no workspace (host logic only)."""
-    row = 8
+    row = 2  # sm90_tok64_fitn's index (test_sm90_gemm_k_plan_at_132_sms checks the names)
     assert ops.gemm_k_plan(row, 128, 4096, 4096, 132)["row"] == "sm90_tok64_fitn"
     got = [(m, n, ops.gemm_k_plan(row, m, n, 4096, 132)["tile_n"]) for m, n, _ in TOK64_WIDTHS_AT_132_SMS]
     assert got == TOK64_WIDTHS_AT_132_SMS
@@ -118,19 +115,19 @@ GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
     (1, 32, 7168, 2048, "data-parallel"),
     (1, 32, 24576, 1536, "data-parallel"),  # more tiles than SMs
     (1, 32, 4096, 12288, "stream-K"),  # 96 K blocks on 32 tiles
-    (5, 96, 4096, 7168, "split-K x2"),  # the 128x64 row has no slices
-    (5, 96, 2112, 7168, "split-K x3"),
-    (5, 96, 4096, 4096, "data-parallel"),
-    (3, 96, 4096, 7168, "K slices x2"),  # its sliced twin replaces that split
-    (3, 96, 2112, 7168, "K slices x2"),  # 56 K blocks: 3 slices do not divide them
-    (3, 96, 4096, 4096, "data-parallel"),
-    (6, 1024, 2112, 7168, "stream-K"),  # 136 tiles on 132 SMs: the last wave 4 tiles full
-    (6, 1024, 7168, 16384, "stream-K"),  # 448 tiles: the last wave 52 / 132 full (<= 40%)
-    (6, 1024, 7168, 2048, "data-parallel"),  # as full, but 16 K blocks (< 48)
-    (6, 1024, 4096, 7168, "data-parallel"),  # 256 tiles: the last wave 124 / 132 full
-    (6, 300, 256, 12288, "stream-K"),  # 4 tiles (2 in clusters of 2 along M)
-    (7, 1024, 2112, 7168, "data-parallel"),  # the persistent row never splits
-    (4, 96, 4096, 7168, "data-parallel"),  # the persistent 128x64 row never splits either
+    (6, 96, 4096, 7168, "split-K x2"),  # the 128x64 row has no slices
+    (6, 96, 2112, 7168, "split-K x3"),
+    (6, 96, 4096, 4096, "data-parallel"),
+    (4, 96, 4096, 7168, "K slices x2"),  # its sliced twin replaces that split
+    (4, 96, 2112, 7168, "K slices x2"),  # 56 K blocks: 3 slices do not divide them
+    (4, 96, 4096, 4096, "data-parallel"),
+    (7, 1024, 2112, 7168, "stream-K"),  # 136 tiles on 132 SMs: the last wave 4 tiles full
+    (7, 1024, 7168, 16384, "stream-K"),  # 448 tiles: the last wave 52 / 132 full (<= 40%)
+    (7, 1024, 7168, 2048, "data-parallel"),  # as full, but 16 K blocks (< 48)
+    (7, 1024, 4096, 7168, "data-parallel"),  # 256 tiles: the last wave 124 / 132 full
+    (7, 300, 256, 12288, "stream-K"),  # 4 tiles (2 in clusters of 2 along M)
+    (8, 1024, 2112, 7168, "data-parallel"),  # the persistent row never splits
+    (5, 96, 4096, 7168, "data-parallel"),  # the persistent 128x64 row never splits either
 ]
 
 
@@ -141,8 +138,9 @@ def test_sm90_gemm_k_plan_at_132_sms():
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
-    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(8)]
-    assert names == ["sm90_swapab_64x32x128_pp_ovl", "sm90_swapab_128x32x128", "sm90_swapab_64x64x128_pp_ovl",
+    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(9)]
+    assert names == ["sm90_swapab_64x32x128_pp_ovl", "sm90_swapab_128x32x128", "sm90_tok64_fitn",
+                     "sm90_swapab_64x64x128_pp_ovl",
                      "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl_persistent",
                      "sm90_swapab_128x64x128_ovl",
                      "sm90_coop_128x128x128_c2x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl"]
@@ -151,10 +149,10 @@ def test_sm90_gemm_k_plan_at_132_sms():
     assert ops.gemm_k_plan(0, 32, 4096, 7168, 132)["plan"] == "data-parallel", "the ping-pong row never splits K"
     # The launch's workspace: none for a data-parallel plan (no memset node before the GEMM), split-K /
     # stream-K state or the K slices' fp32 partials (at least slices x M x N x 4 bytes) otherwise.
-    assert ops.gemm_k_plan(4, 128, 6144, 4096, 132)["workspace_bytes"] == 0
+    assert ops.gemm_k_plan(5, 128, 6144, 4096, 132)["workspace_bytes"] == 0
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 132)["workspace_bytes"] >= 4 * 32 * 4096 * 4
-    assert ops.gemm_k_plan(5, 96, 4096, 7168, 132)["workspace_bytes"] > 0, "split-K x2"
-    assert ops.gemm_k_plan(4, 128, 6144, 4096, 132)["tile_n"] == 0, "CUTLASS rows have a fixed tile"
+    assert ops.gemm_k_plan(6, 96, 4096, 7168, 132)["workspace_bytes"] > 0, "split-K x2"
+    assert ops.gemm_k_plan(5, 128, 6144, 4096, 132)["tile_n"] == 0, "CUTLASS rows have a fixed tile"
     with pytest.raises(ValueError, match="row index out of range"):
         ops.gemm_k_plan(99, 32, 4096, 4096, 132)
     with pytest.raises(ValueError, match="multiple of 128"):
@@ -177,13 +175,22 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (49, 6144, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # 192 tiles: one 64-token tile per weight tile
     (64, 6144, 4096, "sm90_swapab_64x64x128_pp_ovl"),
     (64, 1536, 7168, "sm90_swapab_128x32x128"),  # 48 tiles of 64 rows: the 128-row row's K slices
-    (96, 4096, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # 2 x 64 tiles of 64 rows, the 128x64 row unsplit
-    (128, 2048, 2048, "sm90_swapab_64x64x128_pp_ovl"),  # 2 x 32: 64 tiles
-    (96, 4096, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # that row would split K in two: slices instead
-    (128, 576, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # 10 tiles: 4 slices
-    (96, 2048, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # slices would fire too; the 64-row tiles come first
-    (128, 4096, 12288, "sm90_swapab_128x64x128_ovl"),  # stream-K: not the persistent 128x64 row
-    (128, 6144, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 192 tiles of 64 rows: more than one wave
+    (96, 4096, 4096, "sm90_tok64_fitn"),  # 2 x 64 tiles of 64x64: one wave
+    (128, 2048, 2048, "sm90_tok64_fitn"),  # 2 x 64 tiles of 64x32
+    (128, 6144, 4096, "sm90_tok64_fitn"),  # 2 x 64 tiles of 64x96
+    (96, 1984, 2048, "sm90_tok64_fitn"),  # 2 x 62 tiles of 64x32
+    (128, 8192, 2048, "sm90_swapab_128x64x128_ovl_persistent"),  # 128 tiles, but 128 wide; 256 64-row tiles
+    (128, 9216, 3072, "sm90_swapab_128x64x128_ovl_persistent"),  # 232 tiles of 64x80: two waves
+    (128, 1536, 7168, "sm90_tok64_fitn"),  # 2 x 48 tiles of 64x32: 96, the fewest measured
+    (64, 4096, 4096, "sm90_swapab_64x32x128_pp_ovl"),  # M <= 64: the swap rows
+    (96, 10240, 7168, "sm90_swapab_128x64x128_ovl_persistent"),  # 256 tiles of 64x80: two waves
+    (128, 576, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # 72 tiles of 64x16 (< 96): 4 slices
+    (96, 2048, 4096, "sm90_tok64_fitn"),  # 64x32 tiles ahead of the 64-row swap tiles and the slices
+    (128, 7168, 12288, "sm90_swapab_128x64x128_ovl_persistent"),  # 128 tiles of 64x112 (> 96)
+    (128, 11008, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 230 tiles of 64x96: two waves
+    (128, 2048, 12288, "sm90_tok64_fitn"),  # 128 tiles of 64x32 (the 128x64 row would stream-K)
+    (128, 1024, 24576, "sm90_swapab_128x64x128_ovl"),  # 128 tiles, but 16 wide (unmeasured): stream-K
+    (128, 576, 24576, "sm90_swapab_128x64x128_ovl"),  # 72 tiles of 64x16; the 128x64 row's stream-K
     (160, 4096, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 96 tiles: one wave above M = 128
     (256, 4096, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 128 tiles
     (160, 2112, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # 51 tiles: 2 slices
@@ -207,8 +214,9 @@ def test_sm90_gemm_selection_at_132_sms():
     got = [(m, n, k, ops.gemm_k_plan(-1, m, n, k, 132)["row"]) for m, n, k, _ in GEMM_SELECTION_AT_132_SMS]
     assert got == GEMM_SELECTION_AT_132_SMS
     assert ops.gemm_k_plan(-1, 32, 4096, 4096, 63)["row"] == "sm90_swapab_128x32x128", "64 tiles > 63 SMs"
-    assert ops.gemm_k_plan(-1, 96, 2048, 2048, 132)["row"] == "sm90_swapab_64x64x128_pp_ovl"
-    assert ops.gemm_k_plan(-1, 96, 1984, 2048, 132)["row"] == "sm90_swapab_128x64x128_ovl_persistent", "62 tiles < 64"
+    assert ops.gemm_k_plan(-1, 96, 2048, 2048, 132)["row"] == "sm90_tok64_fitn"
+    assert ops.gemm_k_plan(-1, 96, 2048, 2048, 127)["row"] == "sm90_swapab_64x64x128_pp_ovl", "128 tiles > 127 SMs"
+    assert ops.gemm_k_plan(-1, 96, 1984, 2048, 132)["row"] == "sm90_tok64_fitn", "124 tiles of 64x32"
 
 
 GEMM_ORDERS_AT_132_SMS = [  # (m, n, k, order): sm90.cu's default order with sm90_kernel.cuh's swizzle fit

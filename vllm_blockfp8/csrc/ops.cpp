@@ -103,7 +103,6 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // default: on the H200 `1` took 0.95x the full linear's time at M = 32..256 but up to 1.14x at one layer
 // (gemm/NOTES.md twelfth session). The results are the same bit for bit.
 // BLOCKFP8_SM90_TILE_N (16, 32, ..., 128): the 64-token-tile row's weight-tile width in place of its rule.
-// BLOCKFP8_SM90_TOK64_L2 (none | normal | stream): that row's TMA cache policy (gemm.h, tok64_l2_policy).
 struct Sm90Switches {
   bool order_from_env = false;
   int raster = 0;
@@ -113,7 +112,6 @@ struct Sm90Switches {
   bool pdl = false;
   bool quant_triggers = false;
   int tile_n = 0;
-  int tok64_l2_policy = 0;
 };
 
 const Sm90Switches& sm90_env_switches() {
@@ -133,8 +131,6 @@ const Sm90Switches& sm90_env_switches() {
     if (const char* r = std::getenv("BLOCKFP8_SM90_REDUCTION"); r && *r)
       o.nondeterministic_reduction = std::string(r) == "nondeterministic";
     if (const char* w = std::getenv("BLOCKFP8_SM90_TILE_N"); w && *w) o.tile_n = std::max(0, std::atoi(w));
-    if (const char* l = std::getenv("BLOCKFP8_SM90_TOK64_L2"); l && *l)
-      o.tok64_l2_policy = std::string(l) == "normal" ? 1 : std::string(l) == "stream" ? 2 : 0;
     if (const char* v = std::getenv("BLOCKFP8_SM90_PDL"); v && *v) {
       o.pdl = std::string(v) == "1" || std::string(v) == "gemm";
       o.quant_triggers = std::string(v) == "1";
@@ -155,7 +151,6 @@ void apply_sm90_switches(gemm::Problem& p) {
   p.nondeterministic_reduction = env.nondeterministic_reduction;
   p.pdl = env.pdl;
   p.tile_n = env.tile_n;
-  p.tok64_l2_policy = env.tok64_l2_policy;
 }
 #endif
 

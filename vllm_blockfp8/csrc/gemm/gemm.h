@@ -51,10 +51,6 @@ struct Problem {
   // Benchmark switch BLOCKFP8_SM90_TILE_N (ops.cpp): the weight-tile width of the 64-token-tile row
   // (sm90_tok64.h's kTileWidths) in place of its per-problem rule; 0 = the rule.
   int tile_n = 0;
-  // Benchmark switch BLOCKFP8_SM90_TOK64_L2 (ops.cpp): the L2 cache policy of that row's TMA loads; 0 = none
-  // (no cache-hint operand), 1 = evict-normal on every load (CUTLASS's and DeepGEMM's TMA loads carry it),
-  // 2 = evict-last on the activations and token scales, evict-first on the weights.
-  int tok64_l2_policy = 0;
   // Programmatic dependent launch (ops.cpp: BLOCKFP8_SM90_PDL=1 or gemm; off by default): the GEMM may launch
   // before the previous kernel on the stream ends (where that kernel triggers it, as the quantizer
   // does); its CTAs set up (barriers, descriptors) and wait in griddepcontrol.wait before their first

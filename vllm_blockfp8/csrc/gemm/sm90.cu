@@ -7,9 +7,10 @@
 // Kernels: CUTLASS cooperative (for 64-row weight tiles: ping-pong) TMA/wgmma mainloop with blockwise
 // scaling (sm90_kernel.cuh); each row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu,
 // one file per row of the table below (the `_ovl` rows run our own consumer loop on that collective:
-// sm90_overlap_mainloop.cuh); the forced-only `sm90_tok64_fitn` row is a kernel of our own
-// (sm90_tok64_fitn.cu: 64-token tiles, a weight-tile width per problem). A row may carry a selection
-// precondition (mostly the 64-row rows: their tiles fill one wave; the 128x32 row above M = 48: few 64-row
+// sm90_overlap_mainloop.cuh); the `sm90_tok64_fitn` row is a kernel of our own (sm90_tok64_fitn.cu:
+// 64-token tiles, a weight-tile width per problem). A row may carry a selection precondition (mostly the
+// 64-row rows: their tiles fill one wave; the tok64 row: 96 tiles up to one wave, 32-96 wide, M = 65..128;
+// the 128x32 row above M = 48: few 64-row
 // tiles; the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128
 // row; the `_persistent` 128x64 row: the plain one would run K whole; the `_sk` row: its stream-K rule
 // fires); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
@@ -56,6 +57,8 @@ constexpr Sm90Row make_tok64_row(const char* name, int64_t max_m, const char* re
   return {{name, max_m, reason}, &sm90::tok64::launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
 }
 
+constexpr int64_t kSmallRowsMaxM = 64;  // the 64x32 and 128x32 rows' bound
+
 // The 64-row ping-pong rows' tiles fill one wave, from 64 tiles up.
 constexpr int64_t kOneWaveMinTiles = 64;
 template <class Cfg>
@@ -90,6 +93,23 @@ bool keeps_128x32(const Problem& p) {
   return p.m <= kTwoTokenTilesFrom || tile_count<Sm90Pingpong64x32>(p) < kOneWaveMinTiles;
 }
 
+// Selection precondition of the 64-token-tile row (sm90_tok64_fitn.cu; M in (64, 128]): its tiles, at the
+// width its rule picks, fit one wave and are 32 to 96 wide. There it took 0.83-1.13x the selected row's time
+// (geomean 0.948, slower than 1.03x at 3 of 46 points) on held-out sets 1-3 at M = 96 / 128 and 0.83-1.00x
+// (geomean 0.929) at the benchmark set's 16 such points. Past one wave it lost (1.06-1.53x at M = 96), 112-128
+// wide at one wave it was 1.03-1.13x on the benchmark set, and at M <= 64, against the swap rows' 32- and
+// 64-token tiles, 0.89-1.39x (gemm/NOTES.md fifteenth and sixteenth sessions, E9).
+// Outside what was measured there (fewer than 96 tiles, or 16 wide) the rows after it keep the problem.
+constexpr int64_t kTok64MaxM = 128;
+constexpr int kTok64MinWidth = 32, kTok64MaxWidth = 96;
+constexpr int64_t kTok64MinTiles = 96;
+bool prefers_tok64(const Problem& p) {
+  if (p.m <= kSmallRowsMaxM) return false;
+  const int width = sm90::tok64::tile_n(p);
+  const int64_t tiles = sm90::tok64::tile_count(p, width);
+  return width >= kTok64MinWidth && width <= kTok64MaxWidth && tiles >= kTok64MinTiles && tiles <= p.sm_count;
+}
+
 // Selection precondition of the 64x64 ping-pong row (M in (64, 256]): one wave as above, and only where
 // the 128x64 row would run each tile's K whole. Where that row splits K (CUTLASS split-K or stream-K on
 // long K) the split beat twice the tiles (gemm/NOTES.md seventh session, 20 points).
@@ -97,7 +117,6 @@ bool keeps_128x32(const Problem& p) {
 // other than at 3 waves against 2 (M = 49..64, prefers_64x32, keeps_128x32).
 using Sm90Pingpong64x64 = Config<true, 64, 64, 1, 1, Schedule::kPingpong, Consumer::kOverlap>;
 using Sm90Swap128x64 = Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>;
-constexpr int64_t kSmallRowsMaxM = 64;  // the 64x32 and 128x32 rows' bound
 bool prefers_64x64(const Problem& p) {
   if (p.m <= kSmallRowsMaxM) return true;
   const KPlan base = sm90::plan_config<Sm90Swap128x64>(p);
@@ -165,6 +184,13 @@ const Sm90Row kRows[] = {
       "K slices where its tiles leave SMs idle (held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, "
       "geomean 0.81; CUTLASS's split-K, which they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)",
       &keeps_128x32),
+  make_tok64_row("sm90_tok64_fitn", kTok64MaxM,
+      "M in (64, 128] where its tiles fill one wave (96 up to the SM count) 32 to 96 wide: unswapped 64-token tiles, one math warpgroup, "
+      "weight tiles 16..96 wide picked so the tiles fill about one wave (straddling 128-row scale blocks), our own "
+      "TMA/wgmma kernel with the weight scales resident in shared memory; 0.83-1.13x the row it displaces "
+      "(geomean 0.948 at 46 held-out points, slower than 1.03x at 3; 0.929 at 16 benchmark points; "
+      "gemm/NOTES.md sixteenth session, E9)",
+      &prefers_tok64),
   make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp_ovl", kSwapRowsMaxM,
       "M = 49..64 where the 64x32 row's tiles exceed one wave (but not 3 waves against 2): one 64-token tile per weight tile streams each weight "
       "block once, not twice as the 128x32 row does (0.76-1.01x its time at 22 fitted points, 0.83-0.95x (geomean "
@@ -203,12 +229,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_tok64_row("sm90_tok64_fitn", kUnboundedM,
-      "candidate (forced only): unswapped 64-token tiles, one math warpgroup, weight tiles 16..128 wide picked so "
-      "the tiles fill about one wave (straddling 128-row scale blocks), our own TMA/wgmma kernel; fit A/B against the "
-      "selected row 1.12 / 1.07 / 1.03 / 1.06 / 1.43 at M = 32 / 64 / 96 / 128 / 256 (0.88-0.96 where one wave "
-      "of tiles <= 96 wide covers M = 96..128), 1.2-1.3x DeepGEMM's time on the same tiles (sm90_tok64_fitn.cu; "
-      "gemm/NOTES.md fifteenth session)"),
 };
 // clang-format on
 

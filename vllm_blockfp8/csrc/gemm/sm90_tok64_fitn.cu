@@ -8,12 +8,13 @@
 // straddle two 128-row weight scale blocks (e.g. 96 wide at n0 = 96), which CUTLASS's blockwise
 // collective cannot express (its scale tile is TileN / 128 blocks), hence this kernel of our own.
 // One producer warp (one thread) loads each K block's A (64x128), B (TileNx128) and token scales (64 fp32)
-// by TMA, and the block's one or two weight scales by cp.async, into a ring of 9-16 stages; one math
-// warpgroup runs 4 m64nTileNk32 SS wgmma per block into a fresh fragment, drains them, releases the stage
-// and promotes: acc += partial * token scale (2 rows per thread) * weight scale (per 8-column group: the
-// block below or above the 128-row boundary). The K loop is unrolled by the stage count. Epilogue: direct
-// 4-byte stores from registers, masked at M and N. Non-persistent 1-D grid, a weight tile's token tiles on
-// consecutive CTAs; K walked whole (no split, no workspace).
+// by TMA into a ring of 9-16 stages; the math warpgroup first copies the tile's weight scales for every K
+// block (one or two 128-row blocks) into shared memory, then runs 4 m64nTileNk32 SS wgmma per block into a
+// fresh fragment, drains them, releases the stage (one arrive per warp) and promotes: acc += partial * token
+// scale (2 rows per thread) * weight scale (per 8-column group: the block below or above the 128-row
+// boundary). The K loop is unrolled by the stage count. Epilogue: direct 4-byte stores from registers, masked
+// at M and N. Non-persistent 1-D grid, a weight tile's token tiles on consecutive CTAs; K walked whole (no
+// split, no workspace).
 // Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED  // wgmma N = 80 / 112 (the selector's exact shapes)
 
@@ -46,18 +47,38 @@ constexpr int kSmemBytes = 227 * 1024;         // the SM90 opt-in maximum per bl
 constexpr int kMaxStages = 16;
 constexpr int kABytes = kTokenTile * kTileK;   // 8 KiB
 constexpr int kScaleBytes = kTokenTile * 4;    // the block's 64 token scales
-constexpr int kWeightScaleBytes = 8;           // the block's weight scales below and above the tile's boundary
+constexpr int kStageWeightScaleBytes = 8;      // probe::kStageWeightScales: the block's two weight scales
+// The tile's weight scales for every K block (two rows: below and above a 128-row boundary), copied to shared
+// memory once by the producer warp ahead of its first TMA load; past this many K blocks (K > 32768) the math
+// threads read them from global memory each block instead.
+constexpr int kMaxResidentKBlocks = 256;
+constexpr int kResidentWeightScaleBytes = 2 * 4 * kMaxResidentKBlocks;
+
+// Diagnostic variants, bits of the kernel's kProbe (tools/tok64_split_probe.cu times them against the row;
+// the extension instantiates 0 only).
+namespace probe {
+constexpr int kNoMath = 1;             // the math warpgroup waits for each stage and releases it: the data path
+                                       // alone (the output is zeros)
+constexpr int kNoLoads = 2;            // the producer arrives on each stage without loading it: the loop alone
+constexpr int kStageWeightScales = 4;  // the fifteenth session's weight scales: a cp.async into each stage,
+                                       // a second arrival on its full barrier
+constexpr int kThreadRelease = 8;      // every math thread arrives on the empty barrier (count 128), not one
+                                       // lane per warp
+}  // namespace probe
 
 template <int TileN>
 struct Tile {
   static constexpr int kBBytes = TileN * kTileK;
-  static constexpr int kStageBytes = kABytes + kBBytes + kScaleBytes + kWeightScaleBytes;
-  // Barriers (2 x 8 B per stage) and the 1 KiB alignment of the swizzled tiles come off the top.
-  static constexpr int kStages = std::min(kMaxStages, (kSmemBytes - 1024 - 16 * kMaxStages) / kStageBytes);
-  static constexpr int kSmem = 1024 + kStages * kStageBytes + 16 * kStages;
+  static constexpr int kStageBytes = kABytes + kBBytes + kScaleBytes + kStageWeightScaleBytes;
+  // The resident weight scales, the barriers (2 x 8 B per stage and one for the scales) and the 1 KiB
+  // alignment of the swizzled tiles come off the top.
+  static constexpr int kStages =
+      std::min(kMaxStages, (kSmemBytes - 1024 - kResidentWeightScaleBytes - 16 * kMaxStages - 8) / kStageBytes);
+  static constexpr int kSmem = 1024 + kStages * kStageBytes + kResidentWeightScaleBytes + 16 * kStages + 8;
   // Widths dividing 128 never straddle a weight scale block: one weight scale per block, no selects.
   static constexpr bool kOneWeightScale = 128 % TileN == 0;
   static_assert(kStages >= 4, "too few stages to keep the loads in flight");
+  static_assert(kSmem <= kSmemBytes, "shared memory over the SM90 maximum");
   using Mma = decltype(make_tiled_mma(SM90::GMMA::ss_op_selector<Fp8, Fp8, float, Shape<_64, Int<TileN>, _32>>()));
 };
 
@@ -66,29 +87,16 @@ struct Params {
   void* d;
   int m, n, k_blocks;
   int m_tiles;
-  // The TMA loads' L2 cache policies (activations and token scales, weights); `l2_hint` false: no policy
-  // operand (Problem::tok64_l2_policy, the BLOCKFP8_SM90_TOK64_L2 switch).
-  bool l2_hint;
-  uint64_t a_policy, b_policy;
 };
 
-// One 2D TMA load into shared memory, completing on `bar`; with an L2 cache-policy operand where `hint`.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar,
-                                            bool hint, uint64_t policy) {
-  const uint32_t bar_addr = cute::cast_smem_ptr_to_uint(bar);
-  if (hint)
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-        " [%0], [%1, {%2, %3}], [%4], %5;"
-        :
-        : "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar_addr), "l"(policy)
-        : "memory");
-  else
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        :
-        : "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar_addr)
-        : "memory");
+// One 2D TMA load into shared memory, completing on `bar`. No L2 cache-policy operand: evict-normal on every
+// load and evict-first on the weights were both 2-6% slower a K block (gemm/NOTES.md sixteenth session, E10).
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      :
+      : "r"(dst), "l"(map), "r"(x), "r"(y), "r"(cute::cast_smem_ptr_to_uint(bar))
+      : "memory");
 }
 
 template <class Out>
@@ -102,20 +110,26 @@ __device__ __forceinline__ void store_pair<__half>(__half* d, float x, float y) 
   *reinterpret_cast<__half2*>(d) = __floats2half2_rn(x, y);
 }
 
-template <int TileN, class Out>
+template <int TileN, class Out, int kProbe>
 __global__ void __launch_bounds__(kThreads, 1)
     tok64_gemm(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                const __grid_constant__ CUtensorMap a_scale_map, const Params p) {
   using T = Tile<TileN>;
   constexpr int S = T::kStages;
+  constexpr bool kMath = !(kProbe & probe::kNoMath), kLoads = !(kProbe & probe::kNoLoads);
+  constexpr bool kStageScales = kProbe & probe::kStageWeightScales;
+  constexpr bool kThreadRelease = kProbe & probe::kThreadRelease;
+  constexpr int kFullArrivals = kStageScales ? 2 : 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* smem_a = smem;                              // S x 8 KiB
   uint8_t* smem_b = smem_a + S * kABytes;              // S x TileN x 128
   float* smem_a_scale = reinterpret_cast<float*>(smem_b + S * T::kBBytes);  // S x 64
-  float2* smem_b_scale = reinterpret_cast<float2*>(smem_a_scale + S * kTokenTile);  // S x (below, above)
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b_scale + S);
+  float2* smem_stage_b_scale = reinterpret_cast<float2*>(smem_a_scale + S * kTokenTile);  // S x (below, above)
+  float* smem_b_scale = reinterpret_cast<float*>(smem_stage_b_scale + S);  // 2 x kMaxResidentKBlocks
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b_scale + 2 * kMaxResidentKBlocks);
   uint64_t* empty = full + S;
+  uint64_t* scales_ready = empty + S;  // the resident weight scales: one cp.async arrival per producer lane
 
   // The token tiles of one weight tile on consecutive CTAs (as DeepGEMM orders them): they read the same
   // weight lines at about the same time (per K block 0.279 against 0.291 us at M = 128, N = 6144, 0.542
@@ -124,11 +138,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int m0 = int(blockIdx.x) % p.m_tiles * kTokenTile;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   if (threadIdx.x == 0) {
-    // full: the producer's arrive with the TMA bytes, plus the arrive of its weight-scale cp.async.
-    // empty: every math thread arrives after its own reads of the stage (a release per reading thread;
-    // one arrive per warp after __syncwarp left compute-sanitizer's racecheck reporting the weight-scale
-    // cp.async against the other lanes' reads, gemm/NOTES.md fifteenth session).
-    for (int s = 0; s < S; ++s) Barrier::init(&full[s], 2), Barrier::init(&empty[s], kMathThreads);
+    // full: the producer's arrive with the TMA bytes. empty: lane 0 of each math warp, after __syncwarp
+    // orders its lanes' reads of the stage before the release (the stage holds only TMA-written data).
+    for (int s = 0; s < S; ++s)
+      Barrier::init(&full[s], kFullArrivals), Barrier::init(&empty[s], kThreadRelease ? kMathThreads : 4);
+    Barrier::init(scales_ready, 32);
     cutlass::arch::fence_barrier_init();
   }
   if (warp == 4 && lane == 0) {
@@ -145,34 +159,60 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The tile's weight scale rows: the 128-row block of n0 and the next one (the same at the last block).
   const int scale_block = n0 / 128;
   const int last_block = (p.n + 127) / 128 - 1;
+  const float* b_scale_lo = p.b_scale + int64_t(scale_block) * p.k_blocks;
+  const float* b_scale_hi = p.b_scale + int64_t(min(scale_block + 1, last_block)) * p.k_blocks;
+  const bool resident_scales = !kStageScales && p.k_blocks <= kMaxResidentKBlocks;
   if (warp == 4) {
+    // The resident weight scales first, by cp.async from the 32 lanes, so that their requests go out ahead
+    // of the ring's TMA loads (loaded by the math threads, behind ~16 stages of loads, they added ~0.6 us to
+    // the row's fixed time: gemm/NOTES.md sixteenth session, call 2).
+    if (resident_scales) {
+      for (int i = lane; i < p.k_blocks; i += 32) {
+        const uint32_t dst = cute::cast_smem_ptr_to_uint(&smem_b_scale[i]);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(b_scale_lo + i) : "memory");
+        if constexpr (!T::kOneWeightScale)
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4 * kMaxResidentKBlocks),
+                       "l"(b_scale_hi + i)
+                       : "memory");
+      }
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(
+                       scales_ready))
+                   : "memory");
+    }
+    __syncwarp();
     if (lane != 0) return;
-    const float* b_scale_lo = p.b_scale + int64_t(scale_block) * p.k_blocks;
-    const float* b_scale_hi = p.b_scale + int64_t(min(scale_block + 1, last_block)) * p.k_blocks;
     int s = 0;
     uint32_t phase = 0;
     for (int kb = 0; kb < p.k_blocks; ++kb) {
       if (kb >= S) Barrier::wait(&empty[s], phase ^ 1);
-      // The weight scales by cp.async (4 bytes each), tracked by the stage's full barrier.
-      const uint32_t w_dst = cute::cast_smem_ptr_to_uint(&smem_b_scale[s]);
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(w_dst), "l"(b_scale_lo + kb) : "memory");
-      if constexpr (!T::kOneWeightScale)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(w_dst + 4), "l"(b_scale_hi + kb) : "memory");
-      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(&full[s]))
-                   : "memory");
-      Barrier::arrive_and_expect_tx(&full[s], kABytes + T::kBBytes + kScaleBytes);
-      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + s * kABytes), &a_map, kb * kTileK, m0, &full[s], p.l2_hint,
-                  p.a_policy);
-      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s], p.l2_hint,
-                  p.b_policy);
-      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a_scale + s * kTokenTile), &a_scale_map, m0, kb, &full[s],
-                  p.l2_hint, p.a_policy);
+      if constexpr (!kLoads) {
+        for (int i = 0; i < kFullArrivals; ++i) Barrier::arrive(&full[s]);
+      } else {
+        if constexpr (kStageScales) {
+          const uint32_t w_dst = cute::cast_smem_ptr_to_uint(&smem_stage_b_scale[s]);
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(w_dst), "l"(b_scale_lo + kb) : "memory");
+          if constexpr (!T::kOneWeightScale)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(w_dst + 4), "l"(b_scale_hi + kb) : "memory");
+          asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(
+                           &full[s]))
+                       : "memory");
+        }
+        Barrier::arrive_and_expect_tx(&full[s], kABytes + T::kBBytes + kScaleBytes);
+        tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + s * kABytes), &a_map, kb * kTileK, m0, &full[s]);
+        tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s]);
+        tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a_scale + s * kTokenTile), &a_scale_map, m0, kb, &full[s]);
+      }
       if (++s == S) s = 0, phase ^= 1;
     }
     return;
   }
 
-  // Math warpgroup. Operand tiles per stage, K-major with the 128-byte swizzle the TMA boxes write.
+  // Math warpgroup. The weight scales of the whole K walk are in shared memory once scales_ready completes
+  // (one broadcast read a block afterwards, where the fifteenth session's cp.async into each stage cost a
+  // second arrival on every full barrier).
+  if (resident_scales) Barrier::wait(scales_ready, 0);
+
+  // Operand tiles per stage, K-major with the 128-byte swizzle the TMA boxes write.
   auto a_layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{}, Shape<_64, Int<kTileK>, Int<S>>{});
   auto b_layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{}, Shape<Int<TileN>, Int<kTileK>, Int<S>>{});
   Tensor sA = make_tensor(make_smem_ptr(reinterpret_cast<Fp8*>(smem_a)), a_layout);
@@ -191,11 +231,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   // 8-column groups from `upper_group` on lie in the next 128-row weight scale block.
   const int upper_group = ((scale_block + 1) * 128 - n0) / 8;
 
-  // One K block on stage s (a constant inside the unrolled rounds below, so its descriptors and scale
-  // addresses fold): wait for the stage, 4 wgmma into the fresh fragment, the scale loads under them,
-  // drain, release the stage (each thread after its own reads of it), promote.
-  auto block = [&](const int s, const uint32_t phase) {
+  // Release of stage s once this thread's reads of it are done.
+  const auto release = [&](const int s) {
+    if constexpr (kThreadRelease) {
+      Barrier::arrive(&empty[s]);
+    } else {
+      __syncwarp();
+      if (lane == 0) Barrier::arrive(&empty[s]);
+    }
+  };
+  // K block kb on stage s (a constant inside the unrolled rounds below, so its descriptors and scale
+  // addresses fold): wait for the stage, 4 wgmma into the fresh fragment, the token scale loads under them,
+  // drain, release the stage, promote.
+  auto block = [&](const int s, const uint32_t phase, const int kb) {
+    float2 w = make_float2(0.f, 0.f);
+    if (resident_scales)
+      w = make_float2(smem_b_scale[kb], T::kOneWeightScale ? 0.f : smem_b_scale[kMaxResidentKBlocks + kb]);
+    else if (!kStageScales)
+      w = make_float2(__ldg(b_scale_lo + kb), T::kOneWeightScale ? 0.f : __ldg(b_scale_hi + kb));
     Barrier::wait(&full[s], phase);
+    if constexpr (!kMath) {
+      release(s);
+      return;
+    }
     warpgroup_fence_operand(partial);
     warpgroup_arrive();
     mma.accumulate_ = GMMA::ScaleOut::Zero;
@@ -206,10 +264,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     warpgroup_commit_batch();
     const float t0 = smem_a_scale[s * kTokenTile + row], t1 = smem_a_scale[s * kTokenTile + row + 8];
-    const float2 w = smem_b_scale[s];
+    if constexpr (kStageScales) w = smem_stage_b_scale[s];
     warpgroup_wait<0>();
     warpgroup_fence_operand(partial);
-    Barrier::arrive(&empty[s]);
+    release(s);
     const float s0_lo = t0 * w.x, s1_lo = t1 * w.x;
     float s0_hi = s0_lo, s1_hi = s1_lo;
     if constexpr (!T::kOneWeightScale) s0_hi = t0 * w.y, s1_hi = t1 * w.y;
@@ -228,9 +286,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   int kb = 0;
   for (; kb + S <= p.k_blocks; kb += S, phase ^= 1) {
     CUTLASS_PRAGMA_UNROLL
-    for (int s = 0; s < S; ++s) block(s, phase);
+    for (int s = 0; s < S; ++s) block(s, phase, kb + s);
   }
-  for (int s = 0; kb < p.k_blocks; ++kb, ++s) block(s, phase);
+  for (int s = 0; kb < p.k_blocks; ++kb, ++s) block(s, phase, kb);
 
   Out* d = static_cast<Out*>(p.d);
   CUTLASS_PRAGMA_UNROLL
@@ -267,7 +325,7 @@ bool encode(CUtensorMap* map, CUtensorMapDataType type, const void* base, uint64
             swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int TileN, class Out>
+template <int TileN, class Out, int kProbe = 0>
 cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
   using T = Tile<TileN>;
   const uint64_t k_blocks = uint64_t(p.k) / kTileK;
@@ -280,18 +338,13 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   const int64_t tiles = tile_count(p, TileN);
   if (tiles > std::numeric_limits<int32_t>::max()) return cudaErrorInvalidValue;
-  const auto kernel = tok64_gemm<TileN, Out>;
+  const auto kernel = tok64_gemm<TileN, Out, kProbe>;
   // Every launch, as CUTLASS's adapter does: the attribute belongs to the current device's context.
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
       e != cudaSuccess)
     return e;
   const int m_tiles = int((p.m + kTokenTile - 1) / kTokenTile);
-  using Hint = cute::TMA::CacheHintSm90;
-  const auto policy = [](Hint h) { return static_cast<uint64_t>(h); };
-  const bool streams_weights = p.tok64_l2_policy == 2;
-  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles, p.tok64_l2_policy != 0,
-                      policy(streams_weights ? Hint::EVICT_LAST : Hint::EVICT_NORMAL),
-                      policy(streams_weights ? Hint::EVICT_FIRST : Hint::EVICT_NORMAL)};
+  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles};
   cudaLaunchAttribute pdl;
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;

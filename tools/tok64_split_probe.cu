@@ -1,0 +1,178 @@
+// Data path against loop in the 64-token-tile SM90 GEMM row (sm90_tok64_fitn; an H200 diagnostic, not part of
+// the extension; gemm/NOTES.md sixteenth session, E10 and E11).
+//
+// Question: the row takes ~1.2-1.4x DeepGEMM's time per K block on the same tiles (M = 128: 0.200 / 0.207 /
+// 0.271 us at N = 2048 / 4096 / 6144 against 0.143 / 0.165 / 0.228), and its math warps wait on data 27% of
+// the time at 64x32 against DeepGEMM's 10%. Is the data path alone (producer, TMA, barriers: the math left
+// out) already that slow, or the loop alone (no loads), or neither (then their overlap)? Call 1 answered: the
+// data path (0.191 us at 64x32); the variants since take it apart.
+//
+// It compiles the row's own kernel file with diagnostic bits (sm90_tok64_fitn.cu, namespace probe: no math,
+// no loads, the fifteenth session's per-stage weight-scale copy, a release by every math thread) and times each
+// variant at M = 128 on N = 2048 / 4096 / 6144 (the rule's widths 32 / 64 / 96) at K = 2048..8192: CUDA graphs
+// of one launch per weight copy (copies past 256 MiB, so the weights come from DRAM as in the benchmarks),
+// median of 15 replays, then per K block = the slope of a least-squares fit of time against K blocks.
+//
+// Build and run (the H200 stage `tok64_probe` of tools/h200_check.sh does this):
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+//        -I <nvidia-cutlass include> -I vllm_blockfp8/csrc tools/tok64_split_probe.cu -o probe && ./probe out.json
+#include "gemm/sm90_tok64_fitn.cu"
+
+#include <cstdio>
+#include <vector>
+
+#include "probe_util.cuh"
+
+namespace tok64 = blockfp8::gemm::sm90::tok64;
+
+namespace {
+
+constexpr int kM = 128;
+constexpr int kKs[] = {2048, 4096, 6144, 8192};
+constexpr size_t kWeightBytesPerRun = size_t(256) << 20;  // past the 50 MiB L2 several times over
+constexpr int kReplays = 15;
+
+// Random e4m3 bytes without NaN (exponent and mantissa below all ones) and positive scales near 1.
+__global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    p[i] = uint8_t((h & 0x80) | (h % 0x70));
+  }
+}
+__global__ void fill_scales(float* p, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = 0.5f + float(i % 7) / 8;
+}
+
+template <int kProbe>
+cudaError_t launch_probe(const blockfp8::gemm::Problem& p, cudaStream_t stream) {
+  switch (tok64::tile_n(p)) {
+    case 32: return tok64::launch_width<32, __nv_bfloat16, kProbe>(p, stream);
+    case 64: return tok64::launch_width<64, __nv_bfloat16, kProbe>(p, stream);
+    case 96: return tok64::launch_width<96, __nv_bfloat16, kProbe>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+struct Variant {
+  const char* name;
+  cudaError_t (*launch)(const blockfp8::gemm::Problem&, cudaStream_t);
+};
+
+namespace pb = tok64::probe;
+constexpr int kOld = pb::kStageWeightScales | pb::kThreadRelease;  // the fifteenth session's data path
+const Variant kVariants[] = {
+    {"row", launch_probe<0>},
+    {"row, thread release", launch_probe<pb::kThreadRelease>},
+    {"row, stage scales", launch_probe<pb::kStageWeightScales>},
+    {"fifteenth-session row", launch_probe<kOld>},
+    {"no math", launch_probe<pb::kNoMath>},
+    {"no math, thread release", launch_probe<pb::kNoMath | pb::kThreadRelease>},
+    {"no math, fifteenth", launch_probe<pb::kNoMath | kOld>},
+    {"no loads", launch_probe<pb::kNoLoads>},
+    {"no loads, thread release", launch_probe<pb::kNoLoads | pb::kThreadRelease>},
+};
+
+struct Point {
+  int n, k;
+  double us;
+};
+
+// Microseconds per launch at (n, k): a graph of one launch per weight copy, median over replays.
+double time_point(const Variant& v, int n, int k, int sms) {
+  const int copies = int(std::max<size_t>(2, kWeightBytesPerRun / (size_t(n) * k)));
+  const int k_blocks = k / 128, n_blocks = (n + 127) / 128;
+  uint8_t *a, *b;
+  float *a_scale, *b_scale;
+  void* d;
+  cudaMalloc(&a, size_t(kM) * k);
+  cudaMalloc(&b, size_t(copies) * n * k);
+  cudaMalloc(&a_scale, sizeof(float) * kM * k_blocks);
+  cudaMalloc(&b_scale, sizeof(float) * size_t(copies) * n_blocks * k_blocks);
+  cudaMalloc(&d, size_t(kM) * n * 2);
+  fill_bytes<<<1024, 256>>>(a, size_t(kM) * k, 1);
+  fill_bytes<<<4096, 256>>>(b, size_t(copies) * n * k, 2);
+  fill_scales<<<64, 256>>>(a_scale, size_t(kM) * k_blocks);
+  fill_scales<<<256, 256>>>(b_scale, size_t(copies) * n_blocks * k_blocks);
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  blockfp8::gemm::Problem p;
+  p.a = a, p.a_scale = a_scale, p.a_scale_ld = kM, p.m = kM, p.n = n, p.k = k, p.d = d, p.sm_count = sms;
+  cudaError_t err = cudaSuccess;
+  cudaGraph_t graph;
+  cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
+  for (int c = 0; c < copies && err == cudaSuccess; ++c) {
+    p.b = b + size_t(c) * n * k;
+    p.b_scale = b_scale + size_t(c) * n_blocks * k_blocks;
+    err = v.launch(p, stream);
+  }
+  cudaStreamEndCapture(stream, &graph);
+  cudaGraphExec_t exec = nullptr;
+  if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
+  std::vector<float> ms;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  for (int r = 0; r < kReplays + 2 && err == cudaSuccess; ++r) {
+    cudaEventRecord(e0, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(e1, stream);
+    err = cudaEventSynchronize(e1);
+    float t = 0;
+    cudaEventElapsedTime(&t, e0, e1);
+    if (r >= 2) ms.push_back(t);  // two warm-up replays
+  }
+  if (err != cudaSuccess) {
+    printf("%s n=%d k=%d: %s\n", v.name, n, k, cudaGetErrorString(err));
+    exit(1);
+  }
+  std::sort(ms.begin(), ms.end());
+  if (exec) cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  cudaStreamDestroy(stream);
+  cudaFree(a), cudaFree(b), cudaFree(a_scale), cudaFree(b_scale), cudaFree(d);
+  return 1000.0 * ms[ms.size() / 2] / copies;
+}
+
+// Least squares us = fixed + per_block * blocks.
+void fit(const std::vector<Point>& pts, double* fixed, double* per_block) {
+  double mx = 0, my = 0;
+  for (const Point& q : pts) mx += q.k / 128.0, my += q.us;
+  mx /= pts.size(), my /= pts.size();
+  double sxy = 0, sxx = 0;
+  for (const Point& q : pts) sxy += (q.k / 128.0 - mx) * (q.us - my), sxx += (q.k / 128.0 - mx) * (q.k / 128.0 - mx);
+  *per_block = sxy / sxx;
+  *fixed = my - *per_block * mx;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const ProbeDevice dev = probe_device();
+  FILE* f = argc > 1 ? open_probe_json(argv[1], dev.sms, "\"m\": 128, ") : nullptr;
+  printf("%-26s %6s %6s %10s %10s   us at K = 2048 / 4096 / 6144 / 8192\n", "variant", "n", "tile_n", "per block",
+         "fixed");
+  bool first = true;
+  for (const Variant& v : kVariants) {
+    for (int n : {2048, 4096, 6144}) {
+      std::vector<Point> pts;
+      for (int k : kKs) pts.push_back({n, k, time_point(v, n, k, dev.sms)});
+      double fixed, per_block;
+      fit(pts, &fixed, &per_block);
+      blockfp8::gemm::Problem shape;
+      shape.m = kM, shape.n = n, shape.k = kKs[0], shape.sm_count = dev.sms;
+      const int width = tok64::tile_n(shape);
+      printf("%-26s %6d %6d %10.4f %10.3f   %.2f / %.2f / %.2f / %.2f\n", v.name, n, width, per_block, fixed,
+             pts[0].us, pts[1].us, pts[2].us, pts[3].us);
+      if (f) {
+        fprintf(f, "%s  {\"variant\": \"%s\", \"n\": %d, \"tile_n\": %d, \"per_block_us\": %.5f, \"fixed_us\": %.4f, "
+                   "\"us\": [%.4f, %.4f, %.4f, %.4f]}",
+                first ? "" : ",\n", v.name, n, width, per_block, fixed, pts[0].us, pts[1].us, pts[2].us, pts[3].us);
+        first = false;
+      }
+    }
+  }
+  if (f) fprintf(f, "\n]}\n"), fclose(f);
+  return 0;
+}
