@@ -10,10 +10,9 @@
 // sm90_overlap_mainloop.cuh); the `sm90_tok64_fitn` row is a kernel of our own (sm90_tok64_fitn.cu:
 // 64-token tiles, a weight-tile width per problem). A row may carry a selection precondition (mostly the
 // 64-row rows: their tiles fill one wave; the tok64 row: 96 tiles up to one wave, 32-96 wide, M = 65..128;
-// the 128x32 row above M = 48: few 64-row
-// tiles; the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128
-// row; the `_persistent` 128x64 row: the plain one would run K whole; the `_sk` row: its stream-K rule
-// fires); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
+// the 128x32 row above M = 48: few 64-row tiles; the `_slicek` row: its slices fire; the 128x64 rows above
+// M = 128: no more waves than the 128x128 row; the `_persistent` 128x64 row: the plain one would run K whole;
+// the `_sk` row: its stream-K rule fires); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
 // the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
 // (where that saves more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
 // The 128x128 `_sk` row runs a nearly empty last wave as stream-K.
@@ -185,9 +184,9 @@ const Sm90Row kRows[] = {
       "geomean 0.81; CUTLASS's split-K, which they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)",
       &keeps_128x32),
   make_tok64_row("sm90_tok64_fitn", kTok64MaxM,
-      "M in (64, 128] where its tiles fill one wave (96 up to the SM count) 32 to 96 wide: unswapped 64-token tiles, one math warpgroup, "
-      "weight tiles 16..96 wide picked so the tiles fill about one wave (straddling 128-row scale blocks), our own "
-      "TMA/wgmma kernel with the weight scales resident in shared memory; 0.83-1.13x the row it displaces "
+      "M in (64, 128] where its tiles, 32 to 96 wide, fill one wave (96 up to the SM count): unswapped 64-token "
+      "tiles, one math warpgroup, the weight-tile width picked so the tiles fill about one wave (straddling 128-row "
+      "scale blocks), our own TMA/wgmma kernel with the weight scales resident in shared memory; 0.83-1.13x the row it displaces "
       "(geomean 0.948 at 46 held-out points, slower than 1.03x at 3; 0.929 at 16 benchmark points; "
       "gemm/NOTES.md sixteenth session, E9)",
       &prefers_tok64),

@@ -7,14 +7,14 @@
 // TileN (16..128) picked per problem so that the tiles fill about one wave (tile_n below). A tile may
 // straddle two 128-row weight scale blocks (e.g. 96 wide at n0 = 96), which CUTLASS's blockwise
 // collective cannot express (its scale tile is TileN / 128 blocks), hence this kernel of our own.
-// One producer warp (one thread) loads each K block's A (64x128), B (TileNx128) and token scales (64 fp32)
-// by TMA into a ring of 9-16 stages; the math warpgroup first copies the tile's weight scales for every K
-// block (one or two 128-row blocks) into shared memory, then runs 4 m64nTileNk32 SS wgmma per block into a
-// fresh fragment, drains them, releases the stage (one arrive per warp) and promotes: acc += partial * token
-// scale (2 rows per thread) * weight scale (per 8-column group: the block below or above the 128-row
-// boundary). The K loop is unrolled by the stage count. Epilogue: direct 4-byte stores from registers, masked
-// at M and N. Non-persistent 1-D grid, a weight tile's token tiles on consecutive CTAs; K walked whole (no
-// split, no workspace).
+// One producer warp first copies the tile's weight scales for every K block (one or two 128-row blocks) into
+// shared memory by cp.async (its 32 lanes), then loads each K block's A (64x128), B (TileNx128) and token
+// scales (64 fp32) by TMA (lane 0) into a ring of 9-16 stages; one math warpgroup runs 4 m64nTileNk32 SS
+// wgmma per block into a fresh fragment, drains them, releases the stage (one arrive per warp) and
+// promotes: acc += partial * token scale (2 rows per thread) * weight scale (per 8-column group: the block
+// below or above the 128-row boundary). The K loop is unrolled by the stage count. Epilogue: direct 4-byte
+// stores from registers, masked at M and N. Non-persistent 1-D grid, a weight tile's token tiles on
+// consecutive CTAs; K walked whole (no split, no workspace).
 // Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED  // wgmma N = 80 / 112 (the selector's exact shapes)
 
@@ -164,8 +164,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool resident_scales = !kStageScales && p.k_blocks <= kMaxResidentKBlocks;
   if (warp == 4) {
     // The resident weight scales first, by cp.async from the 32 lanes, so that their requests go out ahead
-    // of the ring's TMA loads (loaded by the math threads, behind ~16 stages of loads, they added ~0.6 us to
-    // the row's fixed time: gemm/NOTES.md sixteenth session, call 2).
+    // of the ring's TMA loads (the math threads' own loads of them went out behind ~16 stages of loads:
+    // ~3% of the row's time at M = 32..64, gemm/NOTES.md sixteenth session, calls 2 and 4).
     if (resident_scales) {
       for (int i = lane; i < p.k_blocks; i += 32) {
         const uint32_t dst = cute::cast_smem_ptr_to_uint(&smem_b_scale[i]);
