@@ -39,7 +39,7 @@ SHAPE_SETS = {
     "small": shapes.SMALL, "held_out": shapes.HELD_OUT,
     "held_out_2": shapes.HELD_OUT_2, "held_out_3": shapes.HELD_OUT_3,
     "held_out_4": shapes.HELD_OUT_4, "held_out_5": shapes.HELD_OUT_5, "held_out_6": shapes.HELD_OUT_6,
-    "held_out_7": shapes.HELD_OUT_7,
+    "held_out_7": shapes.HELD_OUT_7, "held_out_8": shapes.HELD_OUT_8,
 }
 
 

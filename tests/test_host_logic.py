@@ -126,7 +126,7 @@ GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
     (7, 1024, 7168, 2048, "data-parallel"),  # as full, but 16 K blocks (< 48)
     (7, 1024, 4096, 7168, "data-parallel"),  # 256 tiles: the last wave 124 / 132 full
     (7, 300, 256, 12288, "stream-K"),  # 4 tiles (2 in clusters of 2 along M)
-    (8, 1024, 2112, 7168, "data-parallel"),  # the persistent row never splits
+    (9, 1024, 2112, 7168, "data-parallel"),  # the persistent row never splits
     (5, 96, 4096, 7168, "data-parallel"),  # the persistent 128x64 row never splits either
 ]
 
@@ -138,12 +138,13 @@ def test_sm90_gemm_k_plan_at_132_sms():
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
-    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(9)]
+    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(10)]
     assert names == ["sm90_swapab_64x32x128_pp_ovl", "sm90_swapab_128x32x128", "sm90_tok64_fitn",
                      "sm90_swapab_64x64x128_pp_ovl",
                      "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl_persistent",
                      "sm90_swapab_128x64x128_ovl",
-                     "sm90_coop_128x128x128_c2x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl"]
+                     "sm90_coop_128x128x128_c2x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl_epi64",
+                     "sm90_coop_128x128x128_c2x1_ovl"]
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
     assert ops.gemm_k_plan(0, 32, 4096, 7168, 132)["plan"] == "data-parallel", "the ping-pong row never splits K"
@@ -204,6 +205,11 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (1024, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl_sk"),  # last wave 4 / 132 full, 56 K blocks
     (3000, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl_sk"),  # 408 tiles: 12 / 132
     (1024, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),
+    (1024, 32768, 512, "sm90_coop_128x128x128_c2x1_ovl_epi64"),  # 4 K blocks: the epilogue's waits matter
+    (8192, 24576, 1536, "sm90_coop_128x128x128_c2x1_ovl_epi64"),  # 12 K blocks, the most it takes
+    (300, 7168, 512, "sm90_coop_128x128x128_c2x1_ovl_epi64"),  # above the swap rows' M
+    (4096, 7168, 2048, "sm90_coop_128x128x128_c2x1_ovl"),  # 16 K blocks: 0.95-1.03, left to the plain row
+    (256, 32768, 512, "sm90_coop_128x128x128_c2x1_ovl"),  # M <= 256 (not measured there): the plain row
 ]
 
 

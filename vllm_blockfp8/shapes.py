@@ -142,6 +142,22 @@ HELD_OUT_7 = (
     WeightShape("qwen2.5-14b.qkv.7168x5120", 7168, 5120),
 )
 
+# An eighth held-out set, for the 128x128 row with 128x64 epilogue subtiles at K <= 1536 (gemm/NOTES.md
+# seventeenth session, E15): short-K layers of small models and DeepSeek-V3's MLA up-projections under
+# tensor parallelism (kv_b 32768x512 and q_b 24576x1536 split by the degree named).
+HELD_OUT_8 = (
+    WeightShape("dsv3.kv_b.tp8.4096x512", 4096, 512),
+    WeightShape("dsv3.kv_b.tp2.16384x512", 16384, 512),
+    WeightShape("dsv3.q_b.tp8.3072x1536", 3072, 1536),
+    WeightShape("dsv3.q_b.tp4.6144x1536", 6144, 1536),
+    WeightShape("qwen2.5-0.5b.gate_up.9728x896", 9728, 896),
+    WeightShape("qwen2.5-0.5b.qkv.1152x896", 1152, 896),
+    WeightShape("qwen2-1.5b.gate_up.17920x1536", 17920, 1536),
+    WeightShape("qwen2-1.5b.qkv.2048x1536", 2048, 1536),
+    WeightShape("qwen3-0.6b.qkv.4096x1024", 4096, 1024),
+    WeightShape("qwen3-0.6b.gate_up.6144x1024", 6144, 1024),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -167,7 +183,7 @@ QUANT_M = (1, 16, 128, 1024, 2048, 4096, 8192)
 
 def by_name(name: str) -> WeightShape:
     """Look a shape up by its name across every set in this module."""
-    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + HELD_OUT_5 + HELD_OUT_6 + HELD_OUT_7 + RAGGED + SMALL + (UNSUPPORTED_K,):
+    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + HELD_OUT_5 + HELD_OUT_6 + HELD_OUT_7 + HELD_OUT_8 + RAGGED + SMALL + (UNSUPPORTED_K,):
         if shape.name == name:
             return shape
     raise KeyError(f"unknown shape {name!r}")

@@ -236,6 +236,20 @@ struct WithLayoutSFA<cutlass::gemm::collective::CollectiveMma<Policy, Tile, EA, 
       Policy, Tile, EA, cute::tuple<cute::tuple_element_t<0, PairA>, LayoutSFA>, EB, PairB, Rest...>;
 };
 
+// The epilogue the builder made, with kStoreStages subtile buffers in place of its min(subtiles, 2). The
+// fusion callbacks keep the builder's type: they do not depend on the buffer count.
+template <class Epilogue, int kStoreStages>
+struct WithStoreStages;
+template <int kLoadStages, int kBuiltStages, int kFragment, bool kReuseC, bool kDelayStore, class... Rest,
+          int kStoreStages>
+struct WithStoreStages<cutlass::epilogue::collective::CollectiveEpilogue<
+                           cutlass::epilogue::Sm90TmaWarpSpecialized<kLoadStages, kBuiltStages, kFragment, kReuseC, kDelayStore>,
+                           Rest...>,
+                       kStoreStages> {
+  using type = cutlass::epilogue::collective::CollectiveEpilogue<
+      cutlass::epilogue::Sm90TmaWarpSpecialized<kLoadStages, kStoreStages, kFragment, kReuseC, kDelayStore>, Rest...>;
+};
+
 template <class Cfg, class ElementD>
 struct Gemm {
   using ElementAB = cutlass::float_e4m3_t;
@@ -299,11 +313,17 @@ struct Gemm {
                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
   using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  // Config::kEpilogueN / kStoreStages (sm90_kernel.h): the subtile and its buffers, else CUTLASS's choice.
+  using EpilogueTile = std::conditional_t<Cfg::kEpilogueN == 0, cutlass::epilogue::collective::EpilogueTileAuto,
+                                          cute::Shape<cute::Int<Cfg::kTileM>, cute::Int<Cfg::kEpilogueN ? Cfg::kEpilogueN : 16>>>;
+  using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, float,
+      EpilogueTile, ElementAcc, float,
       void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD,
       EpilogueSchedule, Fusion>::CollectiveOp;
+  using CollectiveEpilogue =
+      std::conditional_t<Cfg::kStoreStages == 0, BuiltEpilogue,
+                         typename WithStoreStages<BuiltEpilogue, std::max(Cfg::kStoreStages, 1)>::type>;
 
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

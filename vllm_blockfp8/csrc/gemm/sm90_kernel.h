@@ -44,8 +44,13 @@ enum class Consumer {
 // slices as a batched GEMM into fp32 partials and sum them in a second kernel (the rule is in
 // sm90_kernel.cuh); adds an fp32-output instantiation of the row's kernel. Replaces kSplitK's
 // split wherever a slice count divides the K blocks.
+// kEpilogueN (unswapped cooperative rows): the width of the epilogue's subtile (128 rows x kEpilogueN
+// columns through shared memory, one TMA store each); 0 = CUTLASS's choice (32: four subtiles, each
+// waiting for the store before last to leave shared memory). kStoreStages: subtile buffers (0 =
+// CUTLASS's choice, min(subtiles, 2)); more buffers leave fewer waits on stores and fewer mainloop stages.
 template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_,
-          Consumer kConsumer_ = Consumer::kCutlass, bool kSplitK_ = false, bool kSliceK_ = false>
+          Consumer kConsumer_ = Consumer::kCutlass, bool kSplitK_ = false, bool kSliceK_ = false,
+          int kEpilogueN_ = 0, int kStoreStages_ = 0>
 struct Config {
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr int kTileM = kTileM_;
@@ -57,12 +62,17 @@ struct Config {
   static constexpr Consumer kConsumer = kConsumer_;
   static constexpr bool kSplitK = kSplitK_;
   static constexpr bool kSliceK = kSliceK_;
+  static constexpr int kEpilogueN = kEpilogueN_;
+  static constexpr int kStoreStages = kStoreStages_;
   static_assert(!kSliceK || kSwapAB, "K slices are written for the swap-AB operand order");
   static_assert(!kSplitK || kSchedule == Schedule::kCooperativeStreamK, "only the stream-K scheduler splits K");
   static_assert(kSchedule != Schedule::kPingpong || (kSwapAB && kTileM == 64),
                 "ping-pong rows: swap-AB, 64-row weight tiles");
   static_assert(kSchedule == Schedule::kPingpong || kTileM % 128 == 0,
                 "cooperative rows split the tile's M over two warpgroups of 64 and scale blocks of 128");
+  static_assert((kEpilogueN == 0 && kStoreStages == 0) ||
+                    (!kSwapAB && kSchedule != Schedule::kPingpong && kTileN % kEpilogueN == 0 && kEpilogueN % 16 == 0),
+                "epilogue subtiles: unswapped cooperative rows, a width dividing the tile");
 };
 
 // Tile counts of a configuration's grid (host logic shared by sm90.cu's selection preconditions and
