@@ -143,7 +143,7 @@ def test_sm90_gemm_k_plan_at_132_sms():
                      "sm90_swapab_64x64x128_pp_ovl",
                      "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl_persistent",
                      "sm90_swapab_128x64x128_ovl",
-                     "sm90_coop_128x128x128_c2x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl_epi64",
+                     "sm90_coop_128x128x128_c2x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl_epi64x3",
                      "sm90_coop_128x128x128_c2x1_ovl"]
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
@@ -205,11 +205,11 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (1024, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl_sk"),  # last wave 4 / 132 full, 56 K blocks
     (3000, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl_sk"),  # 408 tiles: 12 / 132
     (1024, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),
-    (1024, 32768, 512, "sm90_coop_128x128x128_c2x1_ovl_epi64"),  # 4 K blocks: the epilogue's waits matter
-    (8192, 24576, 1536, "sm90_coop_128x128x128_c2x1_ovl_epi64"),  # 12 K blocks, the most it takes
-    (300, 7168, 512, "sm90_coop_128x128x128_c2x1_ovl_epi64"),  # above the swap rows' M
-    (4096, 7168, 2048, "sm90_coop_128x128x128_c2x1_ovl"),  # 16 K blocks: 0.95-1.03, left to the plain row
-    (256, 32768, 512, "sm90_coop_128x128x128_c2x1_ovl"),  # M <= 256 (not measured there): the plain row
+    (1024, 32768, 512, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 4 K blocks: the epilogue's waits matter
+    (8192, 24576, 1536, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 12 K blocks, the most it takes
+    (4096, 7168, 2048, "sm90_coop_128x128x128_c2x1_ovl"),  # 16 K blocks: 0.93-1.03, left to the plain row
+    (1023, 16384, 512, "sm90_coop_128x128x128_c2x1_ovl"),  # below M = 1024 (0.98 at M = 512): the plain row
+    (256, 32768, 512, "sm90_coop_128x128x128_c2x1_ovl"),  # the swap rows' M, where they lose: the plain row
 ]
 
 

@@ -12,8 +12,8 @@
 // 64-row rows: their tiles fill one wave; the tok64 row: 96 tiles up to one wave, 32-96 wide, M = 65..128;
 // the 128x32 row above M = 48: few 64-row tiles; the `_slicek` row: its slices fire; the 128x64 rows above
 // M = 128: no more waves than the 128x128 row; the `_persistent` 128x64 row: the plain one would run K whole;
-// the `_sk` row: its stream-K rule fires; the `_epi64` row, the 128x128 row with wider epilogue subtiles:
-// K <= 1536 above M = 256); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
+// the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles:
+// K <= 1536 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
 // the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
 // (where that saves more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
 // The 128x128 `_sk` row runs a nearly empty last wave as stream-K.
@@ -166,21 +166,23 @@ bool streams_tail_wave(const Problem& p) {
   return sm90::plan_config<Sm90Coop128StreamK>(p).stream_k;
 }
 
-// Selection precondition of the 128x128 row with 128x64 epilogue subtiles (sm90_kernel.h, kEpilogueN): K of
-// at most 12 blocks, above the swap rows' M. CUTLASS's 128x32 subtiles make the math warpgroups wait three
-// times a tile for a store to leave shared memory; at 4-12 K blocks a tile that is a fifth of the tile's time.
-// Two subtiles wait once; the 16 KiB more they take costs one of the 6 mainloop stages, which longer K notices
-// (1.00x there, at best), so the row keeps to short K: 0.82-0.985x the plain row (geomean 0.93) at the 8
-// benchmark points with K <= 1536, every one faster; at K = 2048 0.95-1.03 (gemm/NOTES.md seventeenth session).
-constexpr int64_t kShortKMaxK = 1536;
-using Sm90Coop128Epilogue64 =
-    Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 0>;
-bool has_short_k(const Problem& p) {
-  return p.m > kSwapRowsMaxM && p.k <= kShortKMaxK;
-}
-// E15b candidate (forced only): the same subtiles in three buffers (no wait within a tile).
+// Selection precondition of the 128x128 row with 128x64 epilogue subtiles in three buffers (sm90_kernel.h,
+// kEpilogueN, kStoreStages): K of at most 12 blocks, M from 1024. CUTLASS's 128x32 subtiles (two buffers) make the
+// math warpgroups wait three times a tile for a store to leave shared memory; at 4-12 K blocks a tile that is a
+// fifth of the tile's time. Three 128x64 buffers never wait within a tile; the 32 KiB more they take costs one
+// of the 6 mainloop stages, which longer K notices (1.00x there, at best), so the row keeps to short K: 0.80-1.02x
+// the plain row (geomean 0.92) at the benchmark set's 8 points with K <= 1536, 0.871-1.012x (geomean 0.957) at 40
+// held-out ones (HELD_OUT_8) at M >= 1024; at M = 512 0.98, at K = 2048 0.93-1.03 (gemm/NOTES.md seventeenth
+// session, E15).
+constexpr int64_t kShortKMaxK = 1536, kShortKMinM = 1024;
 using Sm90Coop128Epilogue64x3 =
     Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 3>;
+bool has_short_k(const Problem& p) {
+  return p.m >= kShortKMinM && p.k <= kShortKMaxK;
+}
+// Candidate (forced only): the same subtiles in two buffers (one wait a tile; measured beside it).
+using Sm90Coop128Epilogue64 =
+    Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 0>;
 
 // clang-format off
 // Tile table, first fitting row wins. Config<swap_ab, tile_m, tile_n, cluster_m, cluster_n, schedule
@@ -240,20 +242,21 @@ const Sm90Row kRows[] = {
       "time at 10 such points (2112x7168 at M = 1024, 136 tiles on 132 SMs: 0.77), 0.74-0.94x (geomean 0.84) at 14 "
       "held-out ones; 0.98-1.16x at short K and 1.03-1.50x with fuller last waves (gemm/NOTES.md ninth session)",
       &streams_tail_wave),
-  make_row<Sm90Coop128Epilogue64>("sm90_coop_128x128x128_c2x1_ovl_epi64", kUnboundedM,
-      "K <= 1536 above M = 256: the row below with 128x64 epilogue subtiles (two a tile, one wait on a store a "
-      "tile instead of three, 5 mainloop stages instead of 6), where the tile change is as long as a tile's "
-      "work: 0.82-0.985x its time (geomean 0.93) at the benchmark set's 8 such points (32768x512: 0.82-0.94), "
-      "0.95-1.03x at K = 2048, 1.00x on longer K (gemm/NOTES.md seventeenth session, E15)",
+  make_row<Sm90Coop128Epilogue64x3>("sm90_coop_128x128x128_c2x1_ovl_epi64x3", kUnboundedM,
+      "K <= 1536 from M = 1024: the row below with 128x64 epilogue subtiles in three buffers (no wait on a store "
+      "within a tile, where CUTLASS's 128x32 subtiles wait three times; 5 mainloop stages instead of 6), where "
+      "the tile change is as long as a tile's work: 0.80-1.02x its time (geomean 0.92) at the benchmark set's 8 "
+      "such points (32768x512: 0.80-0.92), 0.871-1.012x (geomean 0.957) at 40 held-out ones; 1.00x on longer K "
+      "(gemm/NOTES.md seventeenth session, E15)",
       &has_short_k),
   make_row<Sm90Coop128>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_row<Sm90Coop128Epilogue64x3>("sm90_coop_128x128x128_c2x1_ovl_epi64x3", kUnboundedM,
-      "candidate (forced only): the row above with 128x64 epilogue subtiles in three buffers (no wait on a store "
-      "within a tile; 5 mainloop stages) (gemm/NOTES.md seventeenth session, E15b)"),
+  make_row<Sm90Coop128Epilogue64>("sm90_coop_128x128x128_c2x1_ovl_epi64", kUnboundedM,
+      "candidate (forced only): the `_epi64x3` row with two subtile buffers (one wait on a store a tile) "
+      "(gemm/NOTES.md seventeenth session, E15)"),
 };
 // clang-format on
 
