@@ -40,6 +40,7 @@ SHAPE_SETS = {
     "held_out_2": shapes.HELD_OUT_2, "held_out_3": shapes.HELD_OUT_3,
     "held_out_4": shapes.HELD_OUT_4, "held_out_5": shapes.HELD_OUT_5, "held_out_6": shapes.HELD_OUT_6,
     "held_out_7": shapes.HELD_OUT_7, "held_out_8": shapes.HELD_OUT_8,
+    "held_out_9": shapes.HELD_OUT_9,
 }
 
 

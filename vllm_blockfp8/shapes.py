@@ -158,6 +158,19 @@ HELD_OUT_8 = (
     WeightShape("qwen3-0.6b.gate_up.6144x1024", 6144, 1024),
 )
 
+# A ninth held-out set, for the same row at K <= 1024 only (gemm/NOTES.md seventeenth session, call 5): layers with
+# 4-8 K blocks not in any earlier set (MoE experts' down projections, small encoders, DeepSeek-V3's kv_b at tensor
+# parallel 4).
+HELD_OUT_9 = (
+    WeightShape("dsv3.kv_b.tp4.8192x512", 8192, 512),
+    WeightShape("qwen2.5-0.5b.o.896x896", 896, 896),
+    WeightShape("gpt2.qkv.2304x768", 2304, 768),
+    WeightShape("gpt2.up.3072x768", 3072, 768),
+    WeightShape("bert-large.up.4096x1024", 4096, 1024),
+    WeightShape("qwen3-30b-a3b.expert.down.2048x768", 2048, 768),
+    WeightShape("olmoe.expert.down.2048x1024", 2048, 1024),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -183,7 +196,7 @@ QUANT_M = (1, 16, 128, 1024, 2048, 4096, 8192)
 
 def by_name(name: str) -> WeightShape:
     """Look a shape up by its name across every set in this module."""
-    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + HELD_OUT_5 + HELD_OUT_6 + HELD_OUT_7 + HELD_OUT_8 + RAGGED + SMALL + (UNSUPPORTED_K,):
+    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + HELD_OUT_5 + HELD_OUT_6 + HELD_OUT_7 + HELD_OUT_8 + HELD_OUT_9 + RAGGED + SMALL + (UNSUPPORTED_K,):
         if shape.name == name:
             return shape
     raise KeyError(f"unknown shape {name!r}")

@@ -174,7 +174,7 @@ bool streams_tail_wave(const Problem& p) {
 // the plain row (geomean 0.92) at the benchmark set's 8 points with K <= 1536, 0.871-1.012x (geomean 0.957) at 40
 // held-out ones (HELD_OUT_8) at M >= 1024; at M = 512 0.98, at K = 2048 0.93-1.03 (gemm/NOTES.md seventeenth
 // session, E15).
-constexpr int64_t kShortKMaxK = 1536, kShortKMinM = 1024;
+constexpr int64_t kShortKMaxK = 1024, kShortKMinM = 1024;
 using Sm90Coop128Epilogue64x3 =
     Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 3>;
 bool has_short_k(const Problem& p) {
