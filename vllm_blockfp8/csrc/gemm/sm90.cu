@@ -13,7 +13,7 @@
 // the 128x32 row above M = 48: few 64-row tiles; the `_slicek` row: its slices fire; the 128x64 rows above
 // M = 128: no more waves than the 128x128 row; the `_persistent` 128x64 row: the plain one would run K whole;
 // the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles:
-// K <= 1536 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
+// K <= 1024 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
 // the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
 // (where that saves more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
 // The 128x128 `_sk` row runs a nearly empty last wave as stream-K.
@@ -167,22 +167,19 @@ bool streams_tail_wave(const Problem& p) {
 }
 
 // Selection precondition of the 128x128 row with 128x64 epilogue subtiles in three buffers (sm90_kernel.h,
-// kEpilogueN, kStoreStages): K of at most 12 blocks, M from 1024. CUTLASS's 128x32 subtiles (two buffers) make the
-// math warpgroups wait three times a tile for a store to leave shared memory; at 4-12 K blocks a tile that is a
-// fifth of the tile's time. Three 128x64 buffers never wait within a tile; the 32 KiB more they take costs one
-// of the 6 mainloop stages, which longer K notices (1.00x there, at best), so the row keeps to short K: 0.80-1.02x
-// the plain row (geomean 0.92) at the benchmark set's 8 points with K <= 1536, 0.871-1.012x (geomean 0.957) at 40
-// held-out ones (HELD_OUT_8) at M >= 1024; at M = 512 0.98, at K = 2048 0.93-1.03 (gemm/NOTES.md seventeenth
-// session, E15).
+// kEpilogueN, kStoreStages): K of at most 8 blocks, M from 1024. CUTLASS's 128x32 subtiles (two buffers) make the
+// math warpgroups wait three times a tile for a store to leave shared memory; at 4-8 K blocks a tile that is a
+// large part of the tile's time. Three 128x64 buffers never wait within a tile; the 32 KiB more they take cost one
+// of the 6 mainloop stages, which longer K notices, so the row keeps to short K: 0.80-0.92x the plain row on
+// 32768x512, 0.855-1.005x (geomean 0.949 / 0.937) at the K <= 1024 points of HELD_OUT_8 in two runs, and
+// 0.895-1.002x (geomean 0.959) at the 28 points of HELD_OUT_9, chosen after those runs (M = 1024..8192). At K =
+// 1536 it gained ~2% with single points up to 1.04x, at M = 512 0.98 (gemm/NOTES.md seventeenth session, E15).
 constexpr int64_t kShortKMaxK = 1024, kShortKMinM = 1024;
 using Sm90Coop128Epilogue64x3 =
     Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 3>;
 bool has_short_k(const Problem& p) {
   return p.m >= kShortKMinM && p.k <= kShortKMaxK;
 }
-// Candidate (forced only): the same subtiles in two buffers (one wait a tile; measured beside it).
-using Sm90Coop128Epilogue64 =
-    Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 0>;
 
 // clang-format off
 // Tile table, first fitting row wins. Config<swap_ab, tile_m, tile_n, cluster_m, cluster_n, schedule
@@ -243,20 +240,17 @@ const Sm90Row kRows[] = {
       "held-out ones; 0.98-1.16x at short K and 1.03-1.50x with fuller last waves (gemm/NOTES.md ninth session)",
       &streams_tail_wave),
   make_row<Sm90Coop128Epilogue64x3>("sm90_coop_128x128x128_c2x1_ovl_epi64x3", kUnboundedM,
-      "K <= 1536 from M = 1024: the row below with 128x64 epilogue subtiles in three buffers (no wait on a store "
+      "K <= 1024 from M = 1024: the row below with 128x64 epilogue subtiles in three buffers (no wait on a store "
       "within a tile, where CUTLASS's 128x32 subtiles wait three times; 5 mainloop stages instead of 6), where "
-      "the tile change is as long as a tile's work: 0.80-1.02x its time (geomean 0.92) at the benchmark set's 8 "
-      "such points (32768x512: 0.80-0.92), 0.871-1.012x (geomean 0.957) at 40 held-out ones; 1.00x on longer K "
-      "(gemm/NOTES.md seventeenth session, E15)",
+      "the tile change is as long as a tile's work: 0.80-0.92x its time on 32768x512, 0.855-1.005x (geomean "
+      "0.94-0.95) at 24-28 held-out points in each of two runs, 0.895-1.002x (geomean 0.959) at 28 fresh ones; "
+      "at K = 1536 ~0.98 with single points to 1.04, on longer K 1.00 (gemm/NOTES.md seventeenth session, E15)",
       &has_short_k),
   make_row<Sm90Coop128>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_row<Sm90Coop128Epilogue64>("sm90_coop_128x128x128_c2x1_ovl_epi64", kUnboundedM,
-      "candidate (forced only): the `_epi64x3` row with two subtile buffers (one wait on a store a tile) "
-      "(gemm/NOTES.md seventeenth session, E15)"),
 };
 // clang-format on
 

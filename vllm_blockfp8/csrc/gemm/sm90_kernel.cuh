@@ -313,7 +313,8 @@ struct Gemm {
                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
   using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
 
-  // Config::kEpilogueN / kStoreStages (sm90_kernel.h): the subtile and its buffers, else CUTLASS's choice.
+  // Config::kEpilogueN / kStoreStages (sm90_kernel.h): the subtile and its buffers, else CUTLASS's choice (the
+  // 16 only keeps the unused branch a valid shape).
   using EpilogueTile = std::conditional_t<Cfg::kEpilogueN == 0, cutlass::epilogue::collective::EpilogueTileAuto,
                                           cute::Shape<cute::Int<Cfg::kTileM>, cute::Int<Cfg::kEpilogueN ? Cfg::kEpilogueN : 16>>>;
   using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<

@@ -45,9 +45,10 @@ enum class Consumer {
 // sm90_kernel.cuh); adds an fp32-output instantiation of the row's kernel. Replaces kSplitK's
 // split wherever a slice count divides the K blocks.
 // kEpilogueN (unswapped cooperative rows): the width of the epilogue's subtile (128 rows x kEpilogueN
-// columns through shared memory, one TMA store each); 0 = CUTLASS's choice (32: four subtiles, each
-// waiting for the store before last to leave shared memory). kStoreStages: subtile buffers (0 =
-// CUTLASS's choice, min(subtiles, 2)); more buffers leave fewer waits on stores and fewer mainloop stages.
+// columns through shared memory, one TMA store each); 0 = CUTLASS's choice (128x32: four a 128-wide tile in
+// two buffers, so the third and fourth wait for the store before last to leave shared memory).
+// kStoreStages: subtile buffers (0 = CUTLASS's choice, min(subtiles, 2)); more buffers mean fewer waits on
+// stores and, out of the same shared memory, fewer mainloop stages (gemm/NOTES.md seventeenth session).
 template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_,
           Consumer kConsumer_ = Consumer::kCutlass, bool kSplitK_ = false, bool kSliceK_ = false,
           int kEpilogueN_ = 0, int kStoreStages_ = 0>
@@ -71,7 +72,8 @@ struct Config {
   static_assert(kSchedule == Schedule::kPingpong || kTileM % 128 == 0,
                 "cooperative rows split the tile's M over two warpgroups of 64 and scale blocks of 128");
   static_assert((kEpilogueN == 0 && kStoreStages == 0) ||
-                    (!kSwapAB && kSchedule != Schedule::kPingpong && kTileN % kEpilogueN == 0 && kEpilogueN % 16 == 0),
+                    (kEpilogueN > 0 && !kSwapAB && kSchedule != Schedule::kPingpong && kTileN % kEpilogueN == 0 &&
+                     kEpilogueN % 16 == 0),
                 "epilogue subtiles: unswapped cooperative rows, a width dividing the tile");
 };
 
