@@ -33,15 +33,7 @@ WARMUP_REPLAYS = 3
 MAX_COPIES = 256
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUICK_SHAPES = ("qwen3-8b.qkv", "dsv3.2112x7168", "seed.8192x2048")
-SHAPE_SETS = {
-    "benchmark_set": shapes.BENCHMARK_SET, "qwen3_8b": shapes.QWEN3_8B,
-    "deepseek_v3": shapes.DEEPSEEK_V3, "seeds": shapes.SEEDS, "ragged": shapes.RAGGED,
-    "small": shapes.SMALL, "held_out": shapes.HELD_OUT,
-    "held_out_2": shapes.HELD_OUT_2, "held_out_3": shapes.HELD_OUT_3,
-    "held_out_4": shapes.HELD_OUT_4, "held_out_5": shapes.HELD_OUT_5, "held_out_6": shapes.HELD_OUT_6,
-    "held_out_7": shapes.HELD_OUT_7, "held_out_8": shapes.HELD_OUT_8,
-    "held_out_9": shapes.HELD_OUT_9,
-}
+SHAPE_SETS = shapes.SETS
 
 
 class WrongResult(RuntimeError):

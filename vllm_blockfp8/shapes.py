@@ -194,9 +194,18 @@ ADVERSARIAL_M = (1, 7, 83)
 QUANT_M = (1, 16, 128, 1024, 2048, 4096, 8192)
 
 
+# Every named set, by the name the benchmarks' --shapes option takes (benchmarks/harness.py).
+SETS = {
+    "benchmark_set": BENCHMARK_SET, "qwen3_8b": QWEN3_8B, "deepseek_v3": DEEPSEEK_V3, "seeds": SEEDS,
+    "ragged": RAGGED, "small": SMALL, "held_out": HELD_OUT, "held_out_2": HELD_OUT_2, "held_out_3": HELD_OUT_3,
+    "held_out_4": HELD_OUT_4, "held_out_5": HELD_OUT_5, "held_out_6": HELD_OUT_6, "held_out_7": HELD_OUT_7,
+    "held_out_8": HELD_OUT_8, "held_out_9": HELD_OUT_9,
+}
+
+
 def by_name(name: str) -> WeightShape:
     """Look a shape up by its name across every set in this module."""
-    for shape in BENCHMARK_SET + HELD_OUT + HELD_OUT_2 + HELD_OUT_3 + HELD_OUT_4 + HELD_OUT_5 + HELD_OUT_6 + HELD_OUT_7 + HELD_OUT_8 + HELD_OUT_9 + RAGGED + SMALL + (UNSUPPORTED_K,):
+    for shape in (UNSUPPORTED_K,) + tuple(s for group in SETS.values() for s in group):
         if shape.name == name:
             return shape
     raise KeyError(f"unknown shape {name!r}")
