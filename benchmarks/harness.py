@@ -34,6 +34,7 @@ MAX_COPIES = 256
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUICK_SHAPES = ("qwen3-8b.qkv", "dsv3.2112x7168", "seed.8192x2048")
 SHAPE_SETS = shapes.SETS
+TIMINGS = ("interleaved", "sequential")
 
 
 class WrongResult(RuntimeError):
@@ -55,11 +56,19 @@ def copies_for(bytes_per_copy: int, min_bytes: int = MIN_ROTATION_BYTES,
     return max(2, min(max_copies, math.ceil(min_bytes / max(1, bytes_per_copy))))
 
 
-def time_graph(fn_factory: Callable[[int], Callable[[], object]], copies: int, *,
-               replays: int = MIN_REPLAYS, warmup: int = WARMUP_REPLAYS,
-               check: Callable[[object], str | None] | None = None,
-               on_wrong: Callable[[str], None] | None = None) -> Timing:
-    """Time ``fn_factory(i)()`` for i in range(copies) as one CUDA graph; per-call microseconds.
+@dataclass
+class PreparedGraph:
+    """One callable's k calls captured as a graph (or eager launches where capture failed)."""
+    run: Callable[[], None]
+    copies: int
+    method: str
+    keep: tuple  # the graph and the callables: alive until timed
+
+
+def prepare_graph(fn_factory: Callable[[int], Callable[[], object]], copies: int, *,
+                  check: Callable[[object], str | None] | None = None,
+                  on_wrong: Callable[[str], None] | None = None) -> PreparedGraph:
+    """Capture ``fn_factory(i)()`` for i in range(copies) as one CUDA graph.
 
     Every callable runs once eagerly first (JIT compilation, cuBLAS workspaces and DeepGEMM's
     compilation stay out of the numbers); ``check`` sees the first output and returns a reason
@@ -83,38 +92,67 @@ def time_graph(fn_factory: Callable[[int], Callable[[], object]], copies: int, *
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
 
-    graph, method = torch.cuda.CUDAGraph(), "graph"
+    graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
             for fn in fns:
                 fn()
-        run = graph.replay
+        return PreparedGraph(graph.replay, copies, "graph", (graph, fns))
     except RuntimeError as exc:
         torch.cuda.synchronize()
         print(f"    graph capture failed ({first_line(exc)}); timing eager launches", flush=True)
-        graph, method = None, "eager"
 
         def run():
             for fn in fns:
                 fn()
+        return PreparedGraph(run, copies, "eager", (fns,))
+
+
+def time_prepared(graphs: Sequence[PreparedGraph], *, replays: int = MIN_REPLAYS,
+                  warmup: int = WARMUP_REPLAYS) -> list[Timing]:
+    """Per-call microseconds of each prepared graph, their replays interleaved round by round
+    (replay r of every graph, in the order given, before replay r + 1 of any).
+
+    Interleaving puts every graph under the same clocks: the H200's SM clock follows its power draw
+    over milliseconds to seconds, so graphs timed one after another were each timed in a different
+    state (the one after a heavy point, or after a peer's seconds-long JIT compile, differed by up to
+    ~10%; gemm/NOTES.md eighteenth session)."""
+    import torch
 
     for _ in range(warmup):
-        run()
+        for g in graphs:
+            g.run()
     torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(replays)]
-    # No synchronisation inside the loop: the CPU runs ahead, so replay i+1 is queued before i ends
-    # and launch gaps stay out of every replay but the first.
-    for start, end in events:
-        start.record()
-        run()
-        end.record()
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+               for _ in range(replays)] for _ in graphs]
+    # No synchronisation inside the loop: the CPU runs ahead, so each replay is queued before the
+    # one ahead of it ends and launch gaps stay out of every replay but the first.
+    for r in range(replays):
+        for g, ev in zip(graphs, events):
+            ev[r][0].record()
+            g.run()
+            ev[r][1].record()
     torch.cuda.synchronize()
-    ms = sorted(start.elapsed_time(end) for start, end in events)
-    median = statistics.median(ms)
-    spread = (ms[int(0.9 * (len(ms) - 1))] - ms[int(0.1 * (len(ms) - 1))]) / median
-    del graph, fns
-    return Timing(median * 1e3 / copies, spread, copies, replays, method)
+    out = []
+    for g, ev in zip(graphs, events):
+        ms = sorted(start.elapsed_time(end) for start, end in ev)
+        median = statistics.median(ms)
+        spread = (ms[int(0.9 * (len(ms) - 1))] - ms[int(0.1 * (len(ms) - 1))]) / median
+        out.append(Timing(median * 1e3 / g.copies, spread, g.copies, replays, g.method))
+    return out
+
+
+def time_graph(fn_factory: Callable[[int], Callable[[], object]], copies: int, *,
+               replays: int = MIN_REPLAYS, warmup: int = WARMUP_REPLAYS,
+               check: Callable[[object], str | None] | None = None,
+               on_wrong: Callable[[str], None] | None = None) -> Timing:
+    """Time ``fn_factory(i)()`` for i in range(copies) as one CUDA graph; per-call microseconds
+    (prepare_graph, then time_prepared alone)."""
+    graph = prepare_graph(fn_factory, copies, check=check, on_wrong=on_wrong)
+    try:
+        return time_prepared([graph], replays=replays, warmup=warmup)[0]
+    finally:
+        del graph
 
 
 def measure_ceilings(replays: int = MIN_REPLAYS) -> Ceilings:
@@ -193,11 +231,11 @@ class Runner:
     dry_run: bool
     fake_seed: int = 0
     deadline: float | None = None  # time.monotonic() after which no new point starts
-    # Time the point's first variant once more before the timed pass and discard it. Without it
-    # the first variant of a point (always "ours") ran up to ~15-30% slow at single points on the
-    # H200, mostly at the first M of a shape, right after that shape's weights were generated
-    # (2026-11-30: one kernel timed as "ours" and as a forced row of the same point, 0.82-1.33x).
-    settle: bool = True
+    # "interleaved": every variant of a point captured first, then their replays in turns
+    # (time_prepared). "sequential": one variant's replays after another's, the point's first
+    # variant timed once more before the timed pass and discarded (without that it ran up to
+    # ~15-30% slow at single points, mostly at the first M of a shape; 2026-11-30).
+    timing: str = "interleaved"
 
     def point(self, *, op: str, shape: str, m: int, n: int, k: int, floor: tuple,
               copies: int, variants: Iterable[Variant]) -> None:
@@ -209,44 +247,50 @@ class Runner:
                 print(f"time budget spent: {op} {shape} M={m} and later points not measured", flush=True)
             left.append(f"{op} {shape} M={m}")
             return
-        variants = list(variants)
-        if self.settle and not self.dry_run:
-            self._settle(variants, copies)
+        timed: list[tuple[Variant, list[str]]] = []
         for v in variants:
             if v.skip:
                 self.report.skip(op, v.impl, shape, m, v.skip)
-                continue
-            notes = [v.note] if v.note else []
-            if self.dry_run and fake_skip(v.impl, f"{op}|{shape}", m, self.fake_seed):
+            elif self.dry_run and fake_skip(v.impl, f"{op}|{shape}", m, self.fake_seed):
                 self.report.skip(op, v.impl, shape, m, "dry run: simulated skip")
-                continue
-            if self.dry_run:
-                timing = Timing(fake_us(v.impl, f"{op}|{shape}", m, floor_us, self.fake_seed), 0.02,
-                                copies, self.replays, "dry-run")
             else:
-                timing = self._time(op, shape, m, v, copies, notes)
-                if timing is None:
-                    continue
+                timed.append((v, [v.note] if v.note else []))
+        if self.dry_run:
+            timings = [Timing(fake_us(v.impl, f"{op}|{shape}", m, floor_us, self.fake_seed), 0.02,
+                              copies, self.replays, "dry-run") for v, _ in timed]
+        elif self.timing == "interleaved":
+            timings = self._time_interleaved(op, shape, m, timed, copies)
+        else:
+            if timed:
+                self._settle(timed[0][0], copies)
+            timings = [self._time(op, shape, m, v, copies, notes) for v, notes in timed]
+        for (v, notes), t in zip(timed, timings):
+            if t is None:
+                continue
             self.report.add(Record(op=op, impl=v.impl, row=v.row, shape=shape, m=m, n=n, k=k,
-                                   us=timing.us, floor_us=floor_us, bytes=nbytes, flops=flops,
-                                   copies=timing.copies, replays=timing.replays,
-                                   spread=timing.spread, method=timing.method,
-                                   note="; ".join(notes), end_unix=time.time()))
+                                   us=t.us, floor_us=floor_us, bytes=nbytes, flops=flops,
+                                   copies=t.copies, replays=t.replays, spread=t.spread,
+                                   method=t.method, note="; ".join(notes), end_unix=time.time()))
 
-    def _settle(self, variants: list[Variant], copies: int) -> None:
-        """One untimed pass of the first runnable variant (it also makes the lazy operand copies);
+    def _settle(self, first: Variant, copies: int) -> None:
+        """One untimed pass of the point's first variant (it also makes the lazy operand copies);
         its errors are left to the timed pass, which records them."""
         import torch
 
-        first = next((v for v in variants if not v.skip), None)
-        if first is None:
-            return
         try:
             time_graph(first.factory, copies, replays=3, warmup=1)
         except Exception:  # the timed pass reports it
             pass
         finally:
             torch.cuda.empty_cache()
+
+    @staticmethod
+    def _skip_reason(exc: Exception) -> str:
+        import torch
+
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            return f"out of memory: {first_line(exc)}"
+        return f"{type(exc).__name__}: {first_line(exc)}"  # a peer's own error, never a crash
 
     def _time(self, op, shape, m, v: Variant, copies: int, notes: list) -> Timing | None:
         import torch
@@ -255,14 +299,39 @@ class Runner:
         try:
             return time_graph(v.factory, copies, replays=self.replays, check=v.check,
                               on_wrong=on_wrong)
-        except torch.cuda.OutOfMemoryError as exc:
-            reason = f"out of memory: {first_line(exc)}"
-        except Exception as exc:  # a peer's own error is its skip reason, never a crash
-            reason = f"{type(exc).__name__}: {first_line(exc)}"
+        except Exception as exc:
+            self.report.skip(op, v.impl, shape, m, self._skip_reason(exc))
+            return None
         finally:
             torch.cuda.empty_cache()
-        self.report.skip(op, v.impl, shape, m, reason)
-        return None
+
+    def _time_interleaved(self, op, shape, m, timed: list[tuple[Variant, list[str]]],
+                          copies: int) -> list[Timing | None]:
+        """Capture every variant (a failure skips that variant only), then time the captured ones
+        together (time_prepared); a failure there skips them all."""
+        import torch
+
+        prepared: list[PreparedGraph | None] = []
+        for v, notes in timed:
+            on_wrong = None if v.strict else (lambda why, notes=notes: notes.append(f"WRONG: {why}"))
+            try:
+                prepared.append(prepare_graph(v.factory, copies, check=v.check, on_wrong=on_wrong))
+            except Exception as exc:
+                self.report.skip(op, v.impl, shape, m, self._skip_reason(exc))
+                prepared.append(None)
+                torch.cuda.empty_cache()
+        live = [g for g in prepared if g is not None]
+        try:
+            timings = iter(time_prepared(live, replays=self.replays) if live else [])
+            return [next(timings) if g is not None else None for g in prepared]
+        except Exception as exc:
+            for (v, _), g in zip(timed, prepared):
+                if g is not None:
+                    self.report.skip(op, v.impl, shape, m, self._skip_reason(exc))
+            return [None] * len(timed)
+        finally:
+            del live, prepared
+            torch.cuda.empty_cache()
 
 
 def fake_skip(impl: str, shape: str, m: int, seed: int = 0) -> bool:
@@ -303,6 +372,11 @@ def common_parser(description: str, default_m: Sequence[int]) -> argparse.Argume
     p.add_argument("--time-budget-s", type=float, default=float(budget) if budget else None,
                    help="start no new point after this many seconds; the report lists the rest "
                         "(default: $BENCH_TIME_BUDGET_S, which tools/h200_check.sh sets per stage)")
+    p.add_argument("--timing", choices=TIMINGS, default=os.environ.get("BENCH_TIMING", TIMINGS[0]),
+                   help="interleaved (default): a point's variants captured first, then replayed in "
+                        "turns, so that all run under the same clocks; sequential: one variant's "
+                        "replays after another's (the method before 2026-12-01); default "
+                        "$BENCH_TIMING when set")
     p.add_argument("--dry-run", action="store_true",
                    help="no GPU: fake timings through the table, JSON and plot code")
     return p
@@ -345,6 +419,9 @@ def output_paths(args, script: str) -> tuple[Path, Path]:
 def start(script: str, args) -> Runner:
     """Measure (or, under --dry-run, take the published) ceilings and open the report."""
     replays = replays_for(args)
+    timing = getattr(args, "timing", TIMINGS[0])
+    if timing not in TIMINGS:  # a bad $BENCH_TIMING (argparse checks only the flag's value)
+        raise SystemExit(f"timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
     if args.dry_run:
         ceil = PUBLISHED_CEILINGS
     else:
@@ -359,6 +436,7 @@ def start(script: str, args) -> Runner:
                     argv=vars(args))
     budget = getattr(args, "time_budget_s", None)
     return Runner(report=report, replays=replays, dry_run=args.dry_run,
+                  timing=timing,
                   deadline=None if budget is None else time.monotonic() + budget)
 
 

@@ -215,6 +215,19 @@ def test_dry_run_prints_table_last_then_geomeans(tmp_path, capsys):
 
 
 
+@pytest.mark.parametrize("timing", harness.TIMINGS)
+def test_timing_mode_is_recorded_and_a_bad_one_is_refused(tmp_path, monkeypatch, timing):
+    out_json = tmp_path / "g.json"
+    monkeypatch.setenv("BENCH_TIMING", timing)
+    assert bench_gemv.main(["--dry-run", "--quick", "--m", "1", "--json", str(out_json),
+                            "--plot", str(tmp_path / "g.png")]) == 0
+    data = json.loads(out_json.read_text())
+    assert data["header"]["args"]["timing"] == timing and data["records"]
+    monkeypatch.setenv("BENCH_TIMING", "bogus")
+    with pytest.raises(SystemExit, match="timing must be one of"):
+        bench_gemv.main(["--dry-run", "--quick", "--m", "1", "--json", str(out_json)])
+
+
 def test_time_budget_stops_new_points_and_still_writes_the_report(tmp_path, monkeypatch):
     """A spent budget (from the flag or BENCH_TIME_BUDGET_S) measures nothing more but still
     writes the JSON, listing every point it left out."""
@@ -310,6 +323,42 @@ def test_time_graph_per_call_time_scales_with_work():
     t_big = harness.time_graph(lambda i: (lambda: big.add_(1)), 4)
     assert t_small.method == t_big.method == "graph" and t_small.copies == 4
     assert 2.0 < t_big.us / t_small.us < 6.0
+
+
+@needs_cuda
+def test_time_prepared_interleaves_and_keeps_each_graphs_time():
+    """Two graphs timed in turns keep their own per-call times (4x the bytes: ~4x the time), in the
+    order given; a graph timed alone and in turns agree."""
+    small = torch.empty(1 << 26, dtype=torch.uint8, device="cuda")
+    big = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    graphs = [harness.prepare_graph(lambda i: (lambda: big.add_(1)), 4),
+              harness.prepare_graph(lambda i: (lambda: small.add_(1)), 4)]
+    t_big, t_small = harness.time_prepared(graphs, replays=10)
+    assert t_big.copies == t_small.copies == 4 and t_big.replays == 10
+    assert 2.0 < t_big.us / t_small.us < 6.0
+    alone = harness.time_graph(lambda i: (lambda: big.add_(1)), 4, replays=10)
+    assert 0.8 < alone.us / t_big.us < 1.25
+
+
+@needs_cuda
+@pytest.mark.parametrize("timing", harness.TIMINGS)
+def test_runner_point_times_every_variant_and_skips_only_the_failing_one(timing):
+    x = torch.ones(1 << 20, device="cuda")
+
+    def broken(i):
+        raise RuntimeError("no kernel for this shape")
+
+    report = Report(script="t", ceilings=PUBLISHED_CEILINGS, replays=5, dry_run=False, argv={})
+    runner = harness.Runner(report=report, replays=5, dry_run=False, timing=timing)
+    runner.point(op="gemm", shape="s", m=1, n=8, k=128, floor=(1.0, 1, 1), copies=2, variants=[
+        harness.Variant("ours", factory=lambda i: (lambda: x.add_(1))),
+        harness.Variant("cublaslt", factory=broken),
+        harness.Variant("deepgemm", skip="not installed"),
+        harness.Variant("triton", factory=lambda i: (lambda: x.mul_(1.0)))])
+    assert [r.impl for r in report.records] == ["ours", "triton"]
+    assert all(r.us > 0 and r.method == "graph" and r.replays == 5 for r in report.records)
+    reasons = {s["impl"]: s["reason"] for s in report.skips}
+    assert reasons == {"cublaslt": "RuntimeError: no kernel for this shape", "deepgemm": "not installed"}
 
 
 @needs_cuda
