@@ -34,7 +34,7 @@ MAX_COPIES = 256
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUICK_SHAPES = ("qwen3-8b.qkv", "dsv3.2112x7168", "seed.8192x2048")
 SHAPE_SETS = shapes.SETS
-TIMINGS = ("interleaved", "sequential")
+TIMINGS = ("sequential", "interleaved")  # the first is the default
 
 
 class WrongResult(RuntimeError):
@@ -235,7 +235,7 @@ class Runner:
     # (time_prepared). "sequential": one variant's replays after another's, the point's first
     # variant timed once more before the timed pass and discarded (without that it ran up to
     # ~15-30% slow at single points, mostly at the first M of a shape; 2026-11-30).
-    timing: str = "interleaved"
+    timing: str = "sequential"
 
     def point(self, *, op: str, shape: str, m: int, n: int, k: int, floor: tuple,
               copies: int, variants: Iterable[Variant]) -> None:
@@ -373,9 +373,9 @@ def common_parser(description: str, default_m: Sequence[int]) -> argparse.Argume
                    help="start no new point after this many seconds; the report lists the rest "
                         "(default: $BENCH_TIME_BUDGET_S, which tools/h200_check.sh sets per stage)")
     p.add_argument("--timing", choices=TIMINGS, default=os.environ.get("BENCH_TIMING", TIMINGS[0]),
-                   help="interleaved (default): a point's variants captured first, then replayed in "
-                        "turns, so that all run under the same clocks; sequential: one variant's "
-                        "replays after another's (the method before 2026-12-01); default "
+                   help="sequential (default): one variant's replays after another's; interleaved: "
+                        "a point's variants captured first, then replayed in turns, so that all run "
+                        "under the same clocks (gemm/NOTES.md eighteenth session); default "
                         "$BENCH_TIMING when set")
     p.add_argument("--dry-run", action="store_true",
                    help="no GPU: fake timings through the table, JSON and plot code")
