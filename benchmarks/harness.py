@@ -3,7 +3,9 @@
 Method (shared/BENCHMARKS.md): a point captures k calls over k distinct operand copies in one CUDA
 graph, k chosen so the copies hold >= 256 MiB of weights (the H200's L2 is 50-60 MB, so each call
 reads its weight from HBM, as in a model), replays the graph after a warm-up and reports the median
-of >= 20 replays divided by k. Floors come from reference.floor_us with the ceilings measured in the
+of >= 20 replays divided by k. The variants of a point (ours, forced rows, peers) are all captured
+first and then replayed in turns (``--timing interleaved``, the default), so that each sees the same
+clocks; ``--timing sequential`` times one after another. Floors come from reference.floor_us with the ceilings measured in the
 same run. Records, the table, the geomean lines, JSON and the plot live in report.py and need no
 GPU: ``--dry-run`` drives them with fake timings.
 """
@@ -34,7 +36,7 @@ MAX_COPIES = 256
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUICK_SHAPES = ("qwen3-8b.qkv", "dsv3.2112x7168", "seed.8192x2048")
 SHAPE_SETS = shapes.SETS
-TIMINGS = ("sequential", "interleaved")  # the first is the default
+TIMINGS = ("interleaved", "sequential")  # the first is the default
 
 
 class WrongResult(RuntimeError):
@@ -235,7 +237,7 @@ class Runner:
     # (time_prepared). "sequential": one variant's replays after another's, the point's first
     # variant timed once more before the timed pass and discarded (without that it ran up to
     # ~15-30% slow at single points, mostly at the first M of a shape; 2026-11-30).
-    timing: str = "sequential"
+    timing: str = "interleaved"
 
     def point(self, *, op: str, shape: str, m: int, n: int, k: int, floor: tuple,
               copies: int, variants: Iterable[Variant]) -> None:
@@ -373,9 +375,10 @@ def common_parser(description: str, default_m: Sequence[int]) -> argparse.Argume
                    help="start no new point after this many seconds; the report lists the rest "
                         "(default: $BENCH_TIME_BUDGET_S, which tools/h200_check.sh sets per stage)")
     p.add_argument("--timing", choices=TIMINGS, default=os.environ.get("BENCH_TIMING", TIMINGS[0]),
-                   help="sequential (default): one variant's replays after another's; interleaved: "
-                        "a point's variants captured first, then replayed in turns, so that all run "
-                        "under the same clocks (gemm/NOTES.md eighteenth session); default "
+                   help="interleaved (default): a point's variants captured first, then replayed in "
+                        "turns, so that all run under the same clocks (a ratio between them repeats "
+                        "about twice as well: gemm/NOTES.md eighteenth session); sequential: one "
+                        "variant's replays after another's (the method before 2026-12-01); default "
                         "$BENCH_TIMING when set")
     p.add_argument("--dry-run", action="store_true",
                    help="no GPU: fake timings through the table, JSON and plot code")
