@@ -207,8 +207,10 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (1024, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),
     (1024, 32768, 512, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 4 K blocks: the epilogue's waits matter
     (2048, 9728, 896, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 7 K blocks
-    (8192, 4096, 1024, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 8 K blocks, the most it takes
-    (8192, 24576, 1536, "sm90_coop_128x128x128_c2x1_ovl"),  # 12 K blocks: 0.93-1.04, left to the plain row
+    (8192, 4096, 1024, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 8 K blocks
+    (8192, 24576, 1536, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 12 K blocks (E17)
+    (4096, 7168, 2048, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 16 K blocks, the most it takes
+    (1024, 8192, 2176, "sm90_coop_128x128x128_c2x1_ovl"),  # 17 K blocks: the plain row (not measured)
     (1023, 16384, 512, "sm90_coop_128x128x128_c2x1_ovl"),  # below M = 1024 (0.98 at M = 512): the plain row
     (256, 32768, 512, "sm90_coop_128x128x128_c2x1_ovl"),  # the swap rows' M, where they lose: the plain row
 ]

@@ -13,7 +13,7 @@
 // the 128x32 row above M = 48: few 64-row tiles; the `_slicek` row: its slices fire; the 128x64 rows above
 // M = 128: no more waves than the 128x128 row; the `_persistent` 128x64 row: the plain one would run K whole;
 // the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles:
-// K <= 1024 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
+// K <= 2048 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
 // the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
 // (where that saves more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
 // The 128x128 `_sk` row runs a nearly empty last wave as stream-K.
@@ -167,14 +167,14 @@ bool streams_tail_wave(const Problem& p) {
 }
 
 // Selection precondition of the 128x128 row with 128x64 epilogue subtiles in three buffers (sm90_kernel.h,
-// kEpilogueN, kStoreStages): K of at most 8 blocks, M from 1024. CUTLASS's 128x32 subtiles (two buffers) make the
-// math warpgroups wait three times a tile for a store to leave shared memory; at 4-8 K blocks a tile that is a
-// large part of the tile's time. Three 128x64 buffers never wait within a tile; the 32 KiB more they take cost one
-// of the 6 mainloop stages, which longer K notices, so the row keeps to short K: 0.80-0.92x the plain row on
-// 32768x512, 0.855-1.005x (geomean 0.949 / 0.937) at the K <= 1024 points of HELD_OUT_8 in two runs, and
-// 0.895-1.002x (geomean 0.959) at the 28 points of HELD_OUT_9, chosen after those runs (M = 1024..8192). At K =
-// 1536 it gained ~2% with single points up to 1.04x, at M = 512 0.98 (gemm/NOTES.md seventeenth session, E15).
-constexpr int64_t kShortKMaxK = 1024, kShortKMinM = 1024;
+// kEpilogueN, kStoreStages): K of at most 16 blocks, M from 1024. CUTLASS's 128x32 subtiles (two buffers) make the
+// math warpgroups wait three times a tile for a store to leave shared memory; at 4-16 K blocks a tile that is a
+// noticeable part of the tile's time. Three 128x64 buffers never wait within a tile; the 32 KiB more they take cost
+// one of the 6 mainloop stages, which longer K notices, so the row keeps to short K: 0.80-0.92x the plain row on
+// 32768x512, 0.895-1.002x (geomean 0.959) at the 28 K <= 1024 points of HELD_OUT_9 (seventeenth session, E15);
+// at K = 1536-2048, 0.95-1.00x (geomean 0.974, faster at 70 of 72 points over 18 layers; eighteenth session,
+// E17, interleaved timing). At M = 384-768 (K <= 1024) it gained only 1.3-1.9% (42 points): not taken there.
+constexpr int64_t kShortKMaxK = 2048, kShortKMinM = 1024;
 using Sm90Coop128Epilogue64x3 =
     Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 3>;
 bool has_short_k(const Problem& p) {
@@ -240,11 +240,11 @@ const Sm90Row kRows[] = {
       "held-out ones; 0.98-1.16x at short K and 1.03-1.50x with fuller last waves (gemm/NOTES.md ninth session)",
       &streams_tail_wave),
   make_row<Sm90Coop128Epilogue64x3>("sm90_coop_128x128x128_c2x1_ovl_epi64x3", kUnboundedM,
-      "K <= 1024 from M = 1024: the row below with 128x64 epilogue subtiles in three buffers (no wait on a store "
+      "K <= 2048 from M = 1024: the row below with 128x64 epilogue subtiles in three buffers (no wait on a store "
       "within a tile, where CUTLASS's 128x32 subtiles wait three times; 5 mainloop stages instead of 6), where "
-      "the tile change is as long as a tile's work: 0.80-0.92x its time on 32768x512, 0.855-1.005x (geomean "
-      "0.94-0.95) at 24-28 held-out points in each of two runs, 0.895-1.002x (geomean 0.959) at 28 fresh ones; "
-      "at K = 1536 ~0.98 with single points to 1.04, on longer K 1.00 (gemm/NOTES.md seventeenth session, E15)",
+      "the tile change is a large part of a tile's work: 0.80-0.92x its time on 32768x512, 0.895-1.002x (geomean "
+      "0.959) at 28 fresh held-out points at K <= 1024 (seventeenth session, E15), 0.95-1.00x (geomean 0.974, "
+      "faster at 70 of 72) at K = 1536-2048 (eighteenth session, E17); on longer K 1.00 (gemm/NOTES.md)",
       &has_short_k),
   make_row<Sm90Coop128>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "
