@@ -7,8 +7,9 @@
 // Kernels: CUTLASS cooperative (for 64-row weight tiles: ping-pong) TMA/wgmma mainloop with blockwise
 // scaling (sm90_kernel.cuh); each row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu,
 // one file per row of the table below (the `_ovl` rows run our own consumer loop on that collective:
-// sm90_overlap_mainloop.cuh); the `sm90_tok64_fitn` row is a kernel of our own (sm90_tok64_fitn.cu:
-// 64-token tiles, a weight-tile width per problem). A row may carry a selection precondition (mostly the
+// sm90_overlap_mainloop.cuh); the `sm90_tok64_fitn` row is a kernel of our own (sm90_tok_kernel.cuh:
+// 64-token tiles, a weight-tile width per problem), and the candidate `sm90_tok128_fitn` the same kernel on
+// 128-token tiles. A row may carry a selection precondition (mostly the
 // 64-row rows: their tiles fill one wave; the tok64 row: 96 tiles up to one wave, 32-96 wide, M = 65..128;
 // the 128x32 row above M = 48: few 64-row tiles; the `_slicek` row: its slices fire; the 128x64 rows above
 // M = 128: no more waves than the 128x128 row; the `_persistent` 128x64 row: the plain one would run K whole;
@@ -24,7 +25,7 @@
 
 #include "gemm.h"
 #include "sm90_kernel.h"
-#include "sm90_tok64.h"
+#include "sm90_tok.h"
 
 namespace blockfp8::gemm {
 namespace {
@@ -55,6 +56,10 @@ using sm90::waves;
 constexpr Sm90Row make_tok64_row(const char* name, int64_t max_m, const char* reason,
                                  bool (*prefers)(const Problem&) = nullptr) {
   return {{name, max_m, reason}, &sm90::tok64::launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
+}
+
+constexpr Sm90Row make_tok128_row(const char* name, int64_t max_m, const char* reason) {
+  return {{name, max_m, reason}, &sm90::tok128::launch, &sm90::tok128::workspace, &sm90::tok128::plan, nullptr};
 }
 
 constexpr int64_t kSmallRowsMaxM = 64;  // the 64x32 and 128x32 rows' bound
@@ -251,6 +256,11 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
+  make_tok128_row("sm90_tok128_fitn", kUnboundedM,
+      "candidate (forced only; compiled, not yet run on a GPU): 128-token tiles with two math warpgroups sharing each "
+      "weight tile, 32 to 144 wide, picked so that the tiles fill about one wave (the 64-token row's kernel and rule, "
+      "sm90_tok_kernel.cuh); DeepGEMM's tile at M = 256, where ours takes 1.09x its time (gemm/NOTES.md eighteenth "
+      "session, E13 staged)"),
 };
 // clang-format on
 
