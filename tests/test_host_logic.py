@@ -79,7 +79,7 @@ def test_sm90_switches_are_checked_at_import_values():
         ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "100"})
 
 
-# (m, n, width) at 132 SMs: the 64-token-tile row's width rule (sm90_tok64_fitn.cu, tile_n). At M = 128 it
+# (m, n, width) at 132 SMs: the 64-token-tile row's width rule (sm90_tok_kernel.cuh, tile_n). At M = 128 it
 # picks DeepGEMM's own widths (gemm/NOTES.md fourteenth session: 64x32 / 64x64 / 64x80 / 64x96 tiles).
 TOK64_WIDTHS_AT_132_SMS = [
     (128, 2048, 32), (128, 4096, 64), (128, 5120, 80), (128, 6144, 96),

@@ -1,6 +1,7 @@
-// Host entry points of the token-tile SM90 GEMM rows (sm90_tok_kernel.cuh): sm90_tok64_fitn (64-token tiles, one
-// math warpgroup; sm90_tok64_fitn.cu) and the candidate sm90_tok128_fitn (128-token tiles, two; sm90_tok128_fitn.cu),
-// named by sm90.cu's tile table. Light on purpose (no CUTLASS), like sm90_kernel.h.
+// Host entry points of the token-tile SM90 GEMM rows (sm90_tok_kernel.cuh), per math-warpgroup count: 1 for
+// sm90_tok64_fitn (64-token tiles; sm90_tok64_fitn.cu), 2 for the candidate sm90_tok128_fitn (128-token tiles;
+// sm90_tok128_fitn.cu). Each row file explicitly instantiates the templates below for its count, as the CUTLASS rows'
+// files do for sm90_kernel.h. Light on purpose (no CUTLASS): sm90.cu's tile table names them through this header.
 #pragma once
 
 #include <cstddef>
@@ -10,35 +11,37 @@
 
 #include "gemm.h"
 
-namespace blockfp8::gemm::sm90 {
+namespace blockfp8::gemm::sm90::tok {
 
-namespace tok64 {
-// The weight-tile widths the unit instantiates (the kernel's N tile; tokens are 64 a tile).
-inline constexpr int kTileWidths[] = {16, 32, 48, 64, 80, 96, 112, 128};
-inline constexpr int kTokenTile = 64;
+// The weight-tile widths (the kernel's N tile) each row instantiates and its rule picks from.
+template <int kWarpgroups>
+struct Widths;
+template <>
+struct Widths<1> {
+  static constexpr int kTileN[] = {16, 32, 48, 64, 80, 96, 112, 128};
+};
+// Two math warpgroups sharing each weight tile: DeepGEMM's mid-M shape at M = 256 (BLOCK_M = 128, BLOCK_N 80..192;
+// gemm/NOTES.md fifteenth session). Up to 144 wide: at 160 (two fragments of 80 fp32 a thread) ptxas spilled 16
+// bytes even with 232 registers for the math warpgroups.
+template <>
+struct Widths<2> {
+  static constexpr int kTileN[] = {32, 48, 64, 80, 96, 112, 128, 144};
+};
 
-// The N tile the row runs p with (host logic; one of kTileWidths).
+template <int kWarpgroups>
+inline constexpr int kTokenTile = 64 * kWarpgroups;
+
+// The N tile the row runs p with (host logic; one of Widths<kWarpgroups>::kTileN), and its tile count.
+template <int kWarpgroups>
 int tile_n(const Problem& p);
+template <int kWarpgroups>
 int64_t tile_count(const Problem& p, int tile_n);
 
+template <int kWarpgroups>
 cudaError_t launch(const Problem& p, cudaStream_t stream);
-size_t workspace(const Problem& p);  // always 0: K is walked whole, nothing is shared between CTAs
+template <int kWarpgroups>
 KPlan plan(const Problem& p);
-}  // namespace tok64
+// K is walked whole and nothing is shared between CTAs: no workspace.
+inline size_t workspace(const Problem&) { return 0; }
 
-namespace tok128 {
-// 128-token tiles, two math warpgroups sharing each weight tile: DeepGEMM's mid-M shape at M = 256 (BLOCK_M = 128,
-// BLOCK_N 80..192; gemm/NOTES.md fifteenth session). Up to 144 wide: at 160 (two fragments of 80 fp32 a thread)
-// ptxas spilled 16 bytes even with 232 registers for the math warpgroups.
-inline constexpr int kTileWidths[] = {32, 48, 64, 80, 96, 112, 128, 144};
-inline constexpr int kTokenTile = 128;
-
-int tile_n(const Problem& p);
-int64_t tile_count(const Problem& p, int tile_n);
-
-cudaError_t launch(const Problem& p, cudaStream_t stream);
-size_t workspace(const Problem& p);  // always 0
-KPlan plan(const Problem& p);
-}  // namespace tok128
-
-}  // namespace blockfp8::gemm::sm90
+}  // namespace blockfp8::gemm::sm90::tok

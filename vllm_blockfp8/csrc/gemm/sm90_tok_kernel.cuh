@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "cute/tensor.hpp"
 #include "cute/arch/copy_sm90_desc.hpp"
@@ -348,28 +349,6 @@ inline bool encode(CUtensorMap* map, CUtensorMapDataType type, const void* base,
             swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-inline int64_t tile_count(const Problem& p, int tokens, int width) {
-  return ((p.m + tokens - 1) / tokens) * ((p.n + width - 1) / width);
-}
-
-// The width whose tiles take the fewest waves times bytes a CTA loads per K block ((tokens + width) x 128):
-// each SM's TMA ingress is the limit (~50-64 B/clk, gemm/NOTES.md fourteenth session), so a wave costs its CTAs'
-// bytes; ties go to the wider tile (fewer CTAs read the token tile). Problem::tile_n (the BLOCKFP8_SM90_TILE_N
-// switch) replaces the rule where it names one of `widths`.
-template <size_t N>
-int pick_width(const Problem& p, int tokens, const int (&widths)[N]) {
-  for (int w : widths)
-    if (p.tile_n == w) return w;
-  int best = widths[0];
-  int64_t best_cost = std::numeric_limits<int64_t>::max();
-  for (int w : widths) {
-    const int64_t waves = (tile_count(p, tokens, w) + p.sm_count - 1) / std::max(p.sm_count, 1);
-    const int64_t cost = waves * (tokens + w);
-    if (cost <= best_cost) best = w, best_cost = cost;
-  }
-  return best;
-}
-
 template <int kWarpgroups, int TileN, class Out, int kProbe = 0>
 cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
   using T = Tile<kWarpgroups, TileN>;
@@ -381,7 +360,7 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
       !encode(&a_scale_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.a_scale, p.a_scale_ld, k_blocks, p.a_scale_ld * 4,
               T::kTokens, 1, CU_TENSOR_MAP_SWIZZLE_NONE))
     return cudaErrorInvalidValue;
-  const int64_t tiles = tile_count(p, T::kTokens, TileN);
+  const int64_t tiles = tile_count<kWarpgroups>(p, TileN);
   if (tiles > std::numeric_limits<int32_t>::max()) return cudaErrorInvalidValue;
   const auto kernel = tok_gemm<kWarpgroups, TileN, Out, kProbe>;
   // Every launch, as CUTLASS's adapter does: the attribute belongs to the current device's context.
@@ -408,6 +387,53 @@ template <int kWarpgroups, int TileN>
 cudaError_t launch_out(const Problem& p, cudaStream_t stream) {
   return p.out_bf16 ? launch_width<kWarpgroups, TileN, __nv_bfloat16>(p, stream)
                     : launch_width<kWarpgroups, TileN, __half>(p, stream);
+}
+
+// The host entry points of sm90_tok.h, explicitly instantiated by each row's file.
+template <int kWarpgroups>
+int64_t tile_count(const Problem& p, int width) {
+  constexpr int tokens = kTokenTile<kWarpgroups>;
+  return ((p.m + tokens - 1) / tokens) * ((p.n + width - 1) / width);
+}
+
+// The width whose tiles take the fewest waves times bytes a CTA loads per K block ((tokens + width) x 128):
+// each SM's TMA ingress is the limit (~50-64 B/clk, gemm/NOTES.md fourteenth session), so a wave costs its CTAs'
+// bytes; ties go to the wider tile (fewer CTAs read the token tile). Problem::tile_n (the BLOCKFP8_SM90_TILE_N
+// switch) replaces the rule where it names one of the row's widths.
+template <int kWarpgroups>
+int tile_n(const Problem& p) {
+  const auto& widths = Widths<kWarpgroups>::kTileN;
+  for (int w : widths)
+    if (p.tile_n == w) return w;
+  int best = widths[0];
+  int64_t best_cost = std::numeric_limits<int64_t>::max();
+  for (int w : widths) {
+    const int64_t waves = (tile_count<kWarpgroups>(p, w) + p.sm_count - 1) / std::max(p.sm_count, 1);
+    const int64_t cost = waves * (kTokenTile<kWarpgroups> + w);
+    if (cost <= best_cost) best = w, best_cost = cost;
+  }
+  return best;
+}
+
+template <int kWarpgroups, size_t... I>
+cudaError_t launch_picked(const Problem& p, int width, cudaStream_t stream, std::index_sequence<I...>) {
+  cudaError_t err = cudaErrorInvalidValue;
+  constexpr const auto& widths = Widths<kWarpgroups>::kTileN;
+  (void)((width == widths[I] && (err = launch_out<kWarpgroups, widths[I]>(p, stream), true)) || ...);
+  return err;
+}
+
+template <int kWarpgroups>
+cudaError_t launch(const Problem& p, cudaStream_t stream) {
+  constexpr size_t n = sizeof(Widths<kWarpgroups>::kTileN) / sizeof(int);
+  return launch_picked<kWarpgroups>(p, tile_n<kWarpgroups>(p), stream, std::make_index_sequence<n>{});
+}
+
+template <int kWarpgroups>
+KPlan plan(const Problem& p) {
+  KPlan out;
+  out.tile_n = tile_n<kWarpgroups>(p);
+  return out;
 }
 
 }  // namespace blockfp8::gemm::sm90::tok
