@@ -5,9 +5,9 @@ graph, k chosen so the copies hold >= 256 MiB of weights (the H200's L2 is 50-60
 reads its weight from HBM, as in a model), replays the graph after a warm-up and reports the median
 of >= 20 replays divided by k. The variants of a point (ours, forced rows, peers) are all captured
 first and then replayed in turns (``--timing interleaved``, the default), so that each sees the same
-clocks; ``--timing sequential`` times one after another. Floors come from reference.floor_us with the ceilings measured in the
-same run. Records, the table, the geomean lines, JSON and the plot live in report.py and need no
-GPU: ``--dry-run`` drives them with fake timings.
+clocks; ``--timing sequential`` times one after another. Floors come from reference.floor_us with
+the ceilings measured in the same run. Records, the table, the geomean lines, JSON and the plot live
+in report.py and need no GPU: ``--dry-run`` drives them with fake timings.
 """
 
 from __future__ import annotations
