@@ -173,7 +173,7 @@ TOK_CASES = [(row, w) for row, widths in TOK_WIDTHS.items() for w in widths]
 
 
 def _tok_problem(row_name: str, width: int) -> tuple[int, int]:
-    """An (m, n) whose width rule (sm90_tok_kernel.cuh, pick_width) picks `width` for the token-tile row on this
+    """An (m, n) whose width rule (sm90_tok_kernel.cuh, tile_n) picks `width` for the token-tile row on this
     GPU, with a ragged last weight tile and, where the width is not a divisor of 128, tiles straddling 128-row
     scale blocks; host logic only."""
     row = ROWS.index(row_name)

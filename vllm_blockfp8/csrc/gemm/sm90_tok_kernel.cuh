@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(Tile<kWarpgroups, TileN>::kThreads, 1)
   const float* b_scale_lo = p.b_scale + int64_t(scale_block) * p.k_blocks;
   const float* b_scale_hi = p.b_scale + int64_t(min(scale_block + 1, last_block)) * p.k_blocks;
   const bool resident_scales = !kStageScales && p.k_blocks <= kMaxResidentKBlocks;
-  if (warp >= kProducerWarp) {
+  if (kWarpgroups == 1 ? warp == kProducerWarp : warp >= kProducerWarp) {
     if constexpr (kWarpgroups > 1) {
       cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegisters>();
       if (warp != kProducerWarp) return;
@@ -216,9 +216,10 @@ __global__ void __launch_bounds__(Tile<kWarpgroups, TileN>::kThreads, 1)
                        : "memory");
         }
         Barrier::arrive_and_expect_tx(&full[s], T::kABytes + T::kBBytes + T::kScaleBytes);
-        for (int g = 0; g < kWarpgroups; ++g)
-          tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + (g * S + s) * kSlabBytes), &a_map, kb * kTileK,
-                      m0 + g * kSlabTokens, &full[s]);
+        tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + s * kSlabBytes), &a_map, kb * kTileK, m0, &full[s]);
+        if constexpr (kWarpgroups > 1)
+          tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + (S + s) * kSlabBytes), &a_map, kb * kTileK,
+                      m0 + kSlabTokens, &full[s]);
         tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s]);
         tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a_scale + s * T::kTokens), &a_scale_map, m0, kb, &full[s]);
       }
@@ -232,7 +233,10 @@ __global__ void __launch_bounds__(Tile<kWarpgroups, TileN>::kThreads, 1)
   // second arrival on every full barrier).
   if constexpr (kWarpgroups > 1) cutlass::arch::warpgroup_reg_alloc<T::kMathRegisters>();
   if (resident_scales) Barrier::wait(scales_ready, 0);
-  const int group = warp / 4;  // this warpgroup's 64 tokens: m0 + 64 * group ..
+  // This warpgroup's 64 tokens: m0 + 64 * group .. (a constant 0 with one warpgroup, so that kernel's code is the
+  // 64-token row's as measured).
+  const int group = kWarpgroups == 1 ? 0 : warp / 4;
+  const int group_thread = kWarpgroups == 1 ? int(threadIdx.x) : int(threadIdx.x) % 128;
   const int slab_row0 = group * kSlabTokens;
 
   // Operand tiles per stage, K-major with the 128-byte swizzle the TMA boxes write.
@@ -241,7 +245,7 @@ __global__ void __launch_bounds__(Tile<kWarpgroups, TileN>::kThreads, 1)
   Tensor sA = make_tensor(make_smem_ptr(reinterpret_cast<Fp8*>(smem_a + group * S * kSlabBytes)), a_layout);
   Tensor sB = make_tensor(make_smem_ptr(reinterpret_cast<Fp8*>(smem_b)), b_layout);
   typename T::Mma mma;
-  auto thr = mma.get_thread_slice(int(threadIdx.x) % 128);
+  auto thr = mma.get_thread_slice(group_thread);
   Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));  // (MMA, 1, 4, S)
   Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));
   Tensor acc = partition_fragment_C(mma, Shape<_64, Int<TileN>>{});  // (MMA, 1, 1): TileN / 2 floats
@@ -250,7 +254,7 @@ __global__ void __launch_bounds__(Tile<kWarpgroups, TileN>::kThreads, 1)
 
   // Accumulator element i of this thread: row (warp % 4) * 16 + lane / 4 + 8 * ((i / 2) % 2) of the warpgroup's
   // slab, column 8 * (i / 4) + 2 * (lane % 4) + i % 2 (wgmma's m64nN accumulator layout).
-  const int row = (warp % 4) * 16 + lane / 4;
+  const int row = (group_thread / 32) * 16 + lane / 4;
   // 8-column groups from `upper_group` on lie in the next 128-row weight scale block.
   const int upper_group = ((scale_block + 1) * 128 - n0) / 8;
 
@@ -286,8 +290,8 @@ __global__ void __launch_bounds__(Tile<kWarpgroups, TileN>::kThreads, 1)
       mma.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-    const float* token_scales = smem_a_scale + s * T::kTokens + slab_row0;
-    const float t0 = token_scales[row], t1 = token_scales[row + 8];
+    const int token = s * T::kTokens + slab_row0 + row;
+    const float t0 = smem_a_scale[token], t1 = smem_a_scale[token + 8];
     if constexpr (kStageScales) w = smem_stage_b_scale[s];
     warpgroup_wait<0>();
     warpgroup_fence_operand(partial);
