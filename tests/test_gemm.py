@@ -165,46 +165,42 @@ def test_long_k_all_positive(row, m, out_dtype):
     _check(m, 256, 16384, out_dtype, row, seed=3, positive=True)
 
 
-TOK64_ROW, TOK128_ROW = "sm90_tok64_fitn", "sm90_tok128_fitn"
-# csrc/gemm/sm90_tok.h, tok64:: and tok128::kTileWidths
-TOK_WIDTHS = {TOK64_ROW: (16, 32, 48, 64, 80, 96, 112, 128),
-              TOK128_ROW: (32, 48, 64, 80, 96, 112, 128, 144)}
-TOK_CASES = [(row, w) for row, widths in TOK_WIDTHS.items() for w in widths]
+TOK64_ROW = "sm90_tok64_fitn"
+TOK64_WIDTHS = (16, 32, 48, 64, 80, 96, 112, 128)  # csrc/gemm/sm90_tok64.h, kTileWidths
 
 
-def _tok_problem(row_name: str, width: int) -> tuple[int, int]:
-    """An (m, n) whose width rule (sm90_tok_kernel.cuh, tile_n) picks `width` for the token-tile row on this
-    GPU, with a ragged last weight tile and, where the width is not a divisor of 128, tiles straddling 128-row
+def _tok64_problem(width: int) -> tuple[int, int]:
+    """An (m, n) whose width rule (sm90_tok64_fitn.cu, tile_n) picks `width` on this GPU, with a
+    ragged last weight tile and, where the width is not a divisor of 128, tiles straddling 128-row
     scale blocks; host logic only."""
-    row = ROWS.index(row_name)
-    for m in (83, 1, 64, 200, 300):
-        for n in range(8 * width + 8, 160 * width, 8):
+    row = ROWS.index(TOK64_ROW)
+    for m in (83, 1, 64, 200):
+        for n in range(8 * width + 8, 64 * width, 8):
             if n % width and ops.gemm_k_plan(row, m, n, 1024)["tile_n"] == width:
                 return m, n
-    raise AssertionError(f"no (m, n) found for which {row_name} picks width {width}")
+    raise AssertionError(f"no (m, n) found for which {TOK64_ROW} picks width {width}")
 
 
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
-@pytest.mark.parametrize("row_name,width", TOK_CASES)
-def test_token_tile_rows_every_width(row_name, width, out_dtype):
-    """Each weight-tile width of the token-tile rows (64-token tiles with one math warpgroup, 128-token tiles with
-    two; one kernel per width and output dtype) against the reference, at a problem its rule picks the width for
-    (ragged N and M)."""
-    if row_name not in ROWS:
-        pytest.skip(f"{row_name} is not in this build's table")
-    m, n = _tok_problem(row_name, width)
-    _check(m, n, 1024, out_dtype, row_name, seed=width)
+@pytest.mark.parametrize("width", TOK64_WIDTHS)
+def test_tok64_every_width(width, out_dtype):
+    """Each weight-tile width of the 64-token-tile row (one kernel per width and output dtype)
+    against the reference, at a problem its rule picks the width for (ragged N and M)."""
+    if TOK64_ROW not in ROWS:
+        pytest.skip(f"{TOK64_ROW} is not in this build's table")
+    m, n = _tok64_problem(width)
+    _check(m, n, 1024, out_dtype, TOK64_ROW, seed=width)
 
 
-@pytest.mark.parametrize("row_name,width", [(TOK64_ROW, 64), (TOK64_ROW, 96), (TOK128_ROW, 80)])
-def test_token_tile_weight_scales_from_global(row_name, width):
-    """K = 33024 (258 K blocks) is past the 256 blocks of weight scales the token-tile rows keep in shared memory
-    (sm90_tok_kernel.cuh, kMaxResidentKBlocks), so they read them from global memory each block: one width with one
-    scale block per tile, two straddling two."""
-    if row_name not in ROWS:
-        pytest.skip(f"{row_name} is not in this build's table")
-    m, n = _tok_problem(row_name, width)
-    _check(m, n, 33024, torch.bfloat16, row_name, seed=width + 1)
+@pytest.mark.parametrize("width", (64, 96))
+def test_tok64_weight_scales_from_global(width):
+    """K = 33024 (258 K blocks) is past the 256 blocks of weight scales the 64-token-tile row keeps in
+    shared memory (sm90_tok64_fitn.cu, kMaxResidentKBlocks), so it reads them from global memory each
+    block: one width with one scale block per tile, one straddling two."""
+    if TOK64_ROW not in ROWS:
+        pytest.skip(f"{TOK64_ROW} is not in this build's table")
+    m, n = _tok64_problem(width)
+    _check(m, n, 33024, torch.bfloat16, TOK64_ROW, seed=width + 1)
 
 
 # K-block counts and grids for the consumer loops (m, n, k, all-positive operands).

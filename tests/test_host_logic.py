@@ -79,7 +79,7 @@ def test_sm90_switches_are_checked_at_import_values():
         ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "100"})
 
 
-# (m, n, width) at 132 SMs: the 64-token-tile row's width rule (sm90_tok_kernel.cuh, tile_n). At M = 128 it
+# (m, n, width) at 132 SMs: the 64-token-tile row's width rule (sm90_tok64_fitn.cu, tile_n). At M = 128 it
 # picks DeepGEMM's own widths (gemm/NOTES.md fourteenth session: 64x32 / 64x64 / 64x80 / 64x96 tiles).
 TOK64_WIDTHS_AT_132_SMS = [
     (128, 2048, 32), (128, 4096, 64), (128, 5120, 80), (128, 6144, 96),
@@ -102,32 +102,6 @@ def test_sm90_tok64_width_rule_at_132_sms():
     plan = ops.gemm_k_plan(row, 128, 6144, 7168, 132)
     assert (plan["plan"], plan["workspace_bytes"]) == ("data-parallel", 0)
     assert ops.gemm_k_plan(row, 128, 2048, 4096, 66)["tile_n"] == 64, "half the SMs: 64 tiles of 64 in one wave"
-
-
-# (m, n, width) at 132 SMs: the 128-token-tile candidate's width rule (the same rule on 128 + width bytes a row).
-TOK128_WIDTHS_AT_132_SMS = [
-    (256, 4096, 64),   # 2 x 64 tiles: one wave (cost 192) against 2 waves of 32 (320)
-    (256, 6144, 96),   # 2 x 64 tiles of 96: DeepGEMM's own tile at this M
-    (200, 5120, 80),   # 2 x 64 tiles of 80
-    (256, 7168, 112),  # 2 x 64 tiles of 112
-    (256, 11008, 96),  # nothing up to 144 fits one wave: 2 waves of the narrowest that needs 2 (cost 448)
-    (128, 19008, 144),  # one token tile: 132 tiles of 144 fill one wave exactly
-    (128, 21120, 80),  # 147 tiles of 144 need 2 waves: then 80 (264 tiles, cost 416) is the narrowest of 2
-    (83, 2048, 32),    # 64 tiles of 32: one wave, the narrowest
-]
-
-
-@pytest.mark.skipif("9.0a" not in ops.build_info().get("archs", []) if ops.HAS_CUDA_KERNELS else True,
-                    reason="the SM90 GEMM is not in this build (TORCH_CUDA_ARCH_LIST without 9.0a)")
-def test_sm90_tok128_width_rule_at_132_sms():
-    """The candidate's rule: fewest waves times bytes a CTA loads per K block ((128 + width) x 128), ties to the
-    wider tile; BLOCKFP8_SM90_TILE_N's value where it is one of the row's widths (host logic only)."""
-    row = 10  # sm90_tok128_fitn's index (test_sm90_gemm_k_plan_at_132_sms checks the names)
-    got = [(m, n, ops.gemm_k_plan(row, m, n, 4096, 132)["tile_n"]) for m, n, _ in TOK128_WIDTHS_AT_132_SMS]
-    assert got == TOK128_WIDTHS_AT_132_SMS
-    plan = ops.gemm_k_plan(row, 256, 6144, 7168, 132)
-    assert (plan["plan"], plan["workspace_bytes"]) == ("data-parallel", 0)
-    assert ops.gemm_k_plan(-1, 256, 6144, 4096, 132)["row"] != "sm90_tok128_fitn", "forced only"
 
 
 GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
@@ -164,13 +138,13 @@ def test_sm90_gemm_k_plan_at_132_sms():
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
-    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(11)]
+    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(10)]
     assert names == ["sm90_swapab_64x32x128_pp_ovl", "sm90_swapab_128x32x128", "sm90_tok64_fitn",
                      "sm90_swapab_64x64x128_pp_ovl",
                      "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl_persistent",
                      "sm90_swapab_128x64x128_ovl",
                      "sm90_coop_128x128x128_c2x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl_epi64x3",
-                     "sm90_coop_128x128x128_c2x1_ovl", "sm90_tok128_fitn"]
+                     "sm90_coop_128x128x128_c2x1_ovl"]
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
     assert ops.gemm_k_plan(0, 32, 4096, 7168, 132)["plan"] == "data-parallel", "the ping-pong row never splits K"

@@ -7,24 +7,23 @@
 // out) already that slow, or the loop alone (no loads), or neither (then their overlap)? Call 1 answered: the
 // data path (0.191 us at 64x32); the variants since take it apart.
 //
-// It compiles the row's own kernel (sm90_tok_kernel.cuh, one math warpgroup) with diagnostic bits (namespace
-// probe: no math, no loads, the fifteenth session's per-stage weight-scale copy, a release by every math thread)
-// and times each variant at M = 128 on N = 2048 / 4096 / 6144 (the rule's widths 32 / 64 / 96) at K =
-// 2048..8192: CUDA graphs of one launch per weight copy (copies past 256 MiB, so the weights come from DRAM as in
-// the benchmarks), median of 15 replays, then per K block = the slope of a least-squares fit of time against K
-// blocks.
+// It compiles the row's own kernel file with diagnostic bits (sm90_tok64_fitn.cu, namespace probe: no math,
+// no loads, the fifteenth session's per-stage weight-scale copy, a release by every math thread) and times each
+// variant at M = 128 on N = 2048 / 4096 / 6144 (the rule's widths 32 / 64 / 96) at K = 2048..8192: CUDA graphs
+// of one launch per weight copy (copies past 256 MiB, so the weights come from DRAM as in the benchmarks),
+// median of 15 replays, then per K block = the slope of a least-squares fit of time against K blocks.
 //
 // Build and run (the H200 stage `tok64_probe` of tools/h200_check.sh does this):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
 //        -I <nvidia-cutlass include> -I vllm_blockfp8/csrc tools/tok64_split_probe.cu -o probe && ./probe out.json
-#include "gemm/sm90_tok_kernel.cuh"
+#include "gemm/sm90_tok64_fitn.cu"
 
 #include <cstdio>
 #include <vector>
 
 #include "probe_util.cuh"
 
-namespace tok = blockfp8::gemm::sm90::tok;
+namespace tok64 = blockfp8::gemm::sm90::tok64;
 
 namespace {
 
@@ -48,10 +47,10 @@ __global__ void fill_scales(float* p, size_t n) {
 
 template <int kProbe>
 cudaError_t launch_probe(const blockfp8::gemm::Problem& p, cudaStream_t stream) {
-  switch (tok::tile_n<1>(p)) {
-    case 32: return tok::launch_width<1, 32, __nv_bfloat16, kProbe>(p, stream);
-    case 64: return tok::launch_width<1, 64, __nv_bfloat16, kProbe>(p, stream);
-    case 96: return tok::launch_width<1, 96, __nv_bfloat16, kProbe>(p, stream);
+  switch (tok64::tile_n(p)) {
+    case 32: return tok64::launch_width<32, __nv_bfloat16, kProbe>(p, stream);
+    case 64: return tok64::launch_width<64, __nv_bfloat16, kProbe>(p, stream);
+    case 96: return tok64::launch_width<96, __nv_bfloat16, kProbe>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -61,7 +60,7 @@ struct Variant {
   cudaError_t (*launch)(const blockfp8::gemm::Problem&, cudaStream_t);
 };
 
-namespace pb = tok::probe;
+namespace pb = tok64::probe;
 constexpr int kOld = pb::kStageWeightScales | pb::kThreadRelease;  // the fifteenth session's data path
 const Variant kVariants[] = {
     {"row", launch_probe<0>},
@@ -163,7 +162,7 @@ int main(int argc, char** argv) {
       fit(pts, &fixed, &per_block);
       blockfp8::gemm::Problem shape;
       shape.m = kM, shape.n = n, shape.k = kKs[0], shape.sm_count = dev.sms;
-      const int width = tok::tile_n<1>(shape);
+      const int width = tok64::tile_n(shape);
       printf("%-26s %6d %6d %10.4f %10.3f   %.2f / %.2f / %.2f / %.2f\n", v.name, n, width, per_block, fixed,
              pts[0].us, pts[1].us, pts[2].us, pts[3].us);
       if (f) {

@@ -102,8 +102,7 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // quantizer's trigger (the GEMM then launches as the quantizer's CTAs exit); 0, plain stream order. Off by
 // default: on the H200 `1` took 0.95x the full linear's time at M = 32..256 but up to 1.14x at one layer
 // (gemm/NOTES.md twelfth session). The results are the same bit for bit.
-// BLOCKFP8_SM90_TILE_N (16, 32, ..., 144): the token-tile rows' weight-tile width in place of their rule (a row
-// keeps its rule where the value is not one of its widths: sm90_tok.h).
+// BLOCKFP8_SM90_TILE_N (16, 32, ..., 128): the 64-token-tile row's weight-tile width in place of its rule.
 struct Sm90Switches {
   bool order_from_env = false;
   int raster = 0;

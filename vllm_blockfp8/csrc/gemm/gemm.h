@@ -48,8 +48,8 @@ struct Problem {
   // (split-K or stream-K) add in arrival order.
   int splits = 0;
   bool nondeterministic_reduction = false;
-  // Benchmark switch BLOCKFP8_SM90_TILE_N (ops.cpp): the weight-tile width of the token-tile rows
-  // (sm90_tok.h's kTileWidths) in place of their per-problem rule where it is one of a row's widths; 0 = the rule.
+  // Benchmark switch BLOCKFP8_SM90_TILE_N (ops.cpp): the weight-tile width of the 64-token-tile row
+  // (sm90_tok64.h's kTileWidths) in place of its per-problem rule; 0 = the rule.
   int tile_n = 0;
   // Programmatic dependent launch (ops.cpp: BLOCKFP8_SM90_PDL=1 or gemm; off by default): the GEMM may launch
   // before the previous kernel on the stream ends (where that kernel triggers it, as the quantizer
@@ -89,7 +89,7 @@ struct KPlan {
   int slices = 1;
   int raster = 0;
   int swizzle = 1;
-  int tile_n = 0;  // the kernel's N tile where the row picks it per problem (sm90_tok.h), else 0
+  int tile_n = 0;  // the kernel's N tile where the row picks it per problem (sm90_tok64.h), else 0
 };
 KPlan k_plan(int i, const Problem& p);
 

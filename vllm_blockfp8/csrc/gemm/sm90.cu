@@ -7,9 +7,8 @@
 // Kernels: CUTLASS cooperative (for 64-row weight tiles: ping-pong) TMA/wgmma mainloop with blockwise
 // scaling (sm90_kernel.cuh); each row's two instantiations (bf16 and fp16 out) live in sm90_<row name>.cu,
 // one file per row of the table below (the `_ovl` rows run our own consumer loop on that collective:
-// sm90_overlap_mainloop.cuh); the `sm90_tok64_fitn` row is a kernel of our own (sm90_tok_kernel.cuh:
-// 64-token tiles, a weight-tile width per problem), and the candidate `sm90_tok128_fitn` the same kernel on
-// 128-token tiles. A row may carry a selection precondition (mostly the
+// sm90_overlap_mainloop.cuh); the `sm90_tok64_fitn` row is a kernel of our own (sm90_tok64_fitn.cu:
+// 64-token tiles, a weight-tile width per problem). A row may carry a selection precondition (mostly the
 // 64-row rows: their tiles fill one wave; the tok64 row: 96 tiles up to one wave, 32-96 wide, M = 65..128;
 // the 128x32 row above M = 48: few 64-row tiles; the `_slicek` row: its slices fire; the 128x64 rows above
 // M = 128: no more waves than the 128x128 row; the `_persistent` 128x64 row: the plain one would run K whole;
@@ -25,7 +24,7 @@
 
 #include "gemm.h"
 #include "sm90_kernel.h"
-#include "sm90_tok.h"
+#include "sm90_tok64.h"
 
 namespace blockfp8::gemm {
 namespace {
@@ -53,11 +52,9 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason,
 using sm90::tile_count;
 using sm90::waves;
 
-template <int kWarpgroups>
-constexpr Sm90Row make_tok_row(const char* name, int64_t max_m, const char* reason,
-                               bool (*prefers)(const Problem&) = nullptr) {
-  return {{name, max_m, reason}, &sm90::tok::launch<kWarpgroups>, &sm90::tok::workspace, &sm90::tok::plan<kWarpgroups>,
-          prefers};
+constexpr Sm90Row make_tok64_row(const char* name, int64_t max_m, const char* reason,
+                                 bool (*prefers)(const Problem&) = nullptr) {
+  return {{name, max_m, reason}, &sm90::tok64::launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
 }
 
 constexpr int64_t kSmallRowsMaxM = 64;  // the 64x32 and 128x32 rows' bound
@@ -108,8 +105,8 @@ constexpr int kTok64MinWidth = 32, kTok64MaxWidth = 96;
 constexpr int64_t kTok64MinTiles = 96;
 bool prefers_tok64(const Problem& p) {
   if (p.m <= kSmallRowsMaxM) return false;
-  const int width = sm90::tok::tile_n<1>(p);
-  const int64_t tiles = sm90::tok::tile_count<1>(p, width);
+  const int width = sm90::tok64::tile_n(p);
+  const int64_t tiles = sm90::tok64::tile_count(p, width);
   return width >= kTok64MinWidth && width <= kTok64MaxWidth && tiles >= kTok64MinTiles && tiles <= p.sm_count;
 }
 
@@ -202,7 +199,7 @@ const Sm90Row kRows[] = {
       "K slices where its tiles leave SMs idle (held-out layers: 0.70-0.98x the unsliced time at 9 sliced points, "
       "geomean 0.81; CUTLASS's split-K, which they replace, lost up to 1.4x at short K; gemm/NOTES.md seventh session)",
       &keeps_128x32),
-  make_tok_row<1>("sm90_tok64_fitn", kTok64MaxM,
+  make_tok64_row("sm90_tok64_fitn", kTok64MaxM,
       "M in (64, 128] where its tiles, 32 to 96 wide, fill one wave (96 up to the SM count): unswapped 64-token "
       "tiles, one math warpgroup, the weight-tile width picked so the tiles fill about one wave (straddling 128-row "
       "scale blocks), our own TMA/wgmma kernel with the weight scales resident in shared memory; 0.83-1.13x the row it displaces "
@@ -254,11 +251,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_tok_row<2>("sm90_tok128_fitn", kUnboundedM,
-      "candidate (forced only; compiled, not yet run on a GPU): 128-token tiles with two math warpgroups sharing each "
-      "weight tile, 32 to 144 wide, picked so that the tiles fill about one wave (the 64-token row's kernel and rule, "
-      "sm90_tok_kernel.cuh); DeepGEMM's tile at M = 256, where ours takes 1.09x its time (gemm/NOTES.md eighteenth "
-      "session, E13 staged)"),
 };
 // clang-format on
 

@@ -1,13 +1,412 @@
-// Instantiates tile-table row sm90_tok64_fitn of sm90.cu: the token-tile kernel (sm90_tok_kernel.cuh) on 64-token tiles
-// with one math warpgroup, bf16 and fp16 out, every width in sm90_tok.h's Widths<1>, the width picked per problem so
-// that the tiles fill about one wave. sm_90a only.
-#include "sm90_tok_kernel.cuh"
+// SM90 (sm_90a only) W8A8 block-scaled FP8 GEMM on 64-token tiles with one math warpgroup: tile-table
+// row sm90_tok64_fitn of sm90.cu (bf16 and fp16 out, every width in sm90_tok64.h's kTileWidths).
+//
+//   D[m, n] = sum_kb (A[m, kb-block] . B[n, kb-block]) * SFA[m, kb] * SFB[n / 128, kb]
+//
+// Layouts as gemm.h. Unswapped: 64 tokens on the wgmma M side, TileN weight rows on the N side, with
+// TileN (16..128) picked per problem so that the tiles fill about one wave (tile_n below). A tile may
+// straddle two 128-row weight scale blocks (e.g. 96 wide at n0 = 96), which CUTLASS's blockwise
+// collective cannot express (its scale tile is TileN / 128 blocks), hence this kernel of our own.
+// One producer warp first copies the tile's weight scales for every K block (one or two 128-row blocks) into
+// shared memory by cp.async (its 32 lanes), then loads each K block's A (64x128), B (TileNx128) and token
+// scales (64 fp32) by TMA (lane 0) into a ring of 9-16 stages; one math warpgroup runs 4 m64nTileNk32 SS
+// wgmma per block into a fresh fragment, drains them, releases the stage (one arrive per warp) and
+// promotes: acc += partial * token scale (2 rows per thread) * weight scale (per 8-column group: the block
+// below or above the 128-row boundary). The K loop is unrolled by the stage count. Epilogue: direct 4-byte
+// stores from registers, masked at M and N. Non-persistent 1-D grid, a weight tile's token tiles on
+// consecutive CTAs; K walked whole (no split, no workspace).
+// Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED  // wgmma N = 80 / 112 (the selector's exact shapes)
 
-namespace blockfp8::gemm::sm90::tok {
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cudaTypedefs.h>
 
-template int tile_n<1>(const Problem&);
-template int64_t tile_count<1>(const Problem&, int);
-template cudaError_t launch<1>(const Problem&, cudaStream_t);
-template KPlan plan<1>(const Problem&);
+#include <algorithm>
+#include <limits>
 
-}  // namespace blockfp8::gemm::sm90::tok
+#include "cute/tensor.hpp"
+#include "cute/arch/copy_sm90_desc.hpp"
+#include "cute/arch/mma_sm90.hpp"
+#include "cute/atom/mma_traits_sm90_gmma.hpp"
+#include "cutlass/arch/barrier.h"
+#include "sm90_tok64.h"
+
+namespace blockfp8::gemm::sm90::tok64 {
+namespace {
+
+using namespace cute;
+using Fp8 = cutlass::float_e4m3_t;
+using Barrier = cutlass::arch::ClusterTransactionBarrier;
+
+constexpr int kTileK = 128;
+constexpr int kMathThreads = 128;              // one warpgroup: warps 0-3
+constexpr int kThreads = kMathThreads + 32;    // + the producer warp (lane 0 issues)
+constexpr int kSmemBytes = 227 * 1024;         // the SM90 opt-in maximum per block
+constexpr int kMaxStages = 16;
+constexpr int kABytes = kTokenTile * kTileK;   // 8 KiB
+constexpr int kScaleBytes = kTokenTile * 4;    // the block's 64 token scales
+constexpr int kStageWeightScaleBytes = 8;      // probe::kStageWeightScales: the block's two weight scales
+// The tile's weight scales for every K block (two rows: below and above a 128-row boundary), copied to shared
+// memory once by the producer warp ahead of its first TMA load; past this many K blocks (K > 32768) the math
+// threads read them from global memory each block instead.
+constexpr int kMaxResidentKBlocks = 256;
+constexpr int kResidentWeightScaleBytes = 2 * 4 * kMaxResidentKBlocks;
+
+// Diagnostic variants, bits of the kernel's kProbe (tools/tok64_split_probe.cu times them against the row;
+// the extension instantiates 0 only).
+namespace probe {
+constexpr int kNoMath = 1;             // the math warpgroup waits for each stage and releases it: the data path
+                                       // alone (the output is zeros)
+constexpr int kNoLoads = 2;            // the producer arrives on each stage without loading it: the loop alone
+constexpr int kStageWeightScales = 4;  // the fifteenth session's weight scales: a cp.async into each stage,
+                                       // a second arrival on its full barrier
+constexpr int kThreadRelease = 8;      // every math thread arrives on the empty barrier (count 128), not one
+                                       // lane per warp
+}  // namespace probe
+
+template <int TileN>
+struct Tile {
+  static constexpr int kBBytes = TileN * kTileK;
+  static constexpr int kStageBytes = kABytes + kBBytes + kScaleBytes + kStageWeightScaleBytes;
+  // The resident weight scales, the barriers (2 x 8 B per stage and one for the scales) and the 1 KiB
+  // alignment of the swizzled tiles come off the top.
+  static constexpr int kStages =
+      std::min(kMaxStages, (kSmemBytes - 1024 - kResidentWeightScaleBytes - 16 * kMaxStages - 8) / kStageBytes);
+  static constexpr int kSmem = 1024 + kStages * kStageBytes + kResidentWeightScaleBytes + 16 * kStages + 8;
+  // Widths dividing 128 never straddle a weight scale block: one weight scale per block, no selects.
+  static constexpr bool kOneWeightScale = 128 % TileN == 0;
+  static_assert(kStages >= 4, "too few stages to keep the loads in flight");
+  static_assert(kSmem <= kSmemBytes, "shared memory over the SM90 maximum");
+  using Mma = decltype(make_tiled_mma(SM90::GMMA::ss_op_selector<Fp8, Fp8, float, Shape<_64, Int<TileN>, _32>>()));
+};
+
+struct Params {
+  const float* b_scale;  // [ceil(n / 128), k / 128]
+  void* d;
+  int m, n, k_blocks;
+  int m_tiles;
+};
+
+// One 2D TMA load into shared memory, completing on `bar`. No L2 cache-policy operand: evict-normal on every
+// load and evict-first on the weights were both 2-6% slower a K block (gemm/NOTES.md sixteenth session, E10).
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      :
+      : "r"(dst), "l"(map), "r"(x), "r"(y), "r"(cute::cast_smem_ptr_to_uint(bar))
+      : "memory");
+}
+
+template <class Out>
+__device__ __forceinline__ void store_pair(Out* d, float x, float y);
+template <>
+__device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* d, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair<__half>(__half* d, float x, float y) {
+  *reinterpret_cast<__half2*>(d) = __floats2half2_rn(x, y);
+}
+
+template <int TileN, class Out, int kProbe>
+__global__ void __launch_bounds__(kThreads, 1)
+    tok64_gemm(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+               const __grid_constant__ CUtensorMap a_scale_map, const Params p) {
+  using T = Tile<TileN>;
+  constexpr int S = T::kStages;
+  constexpr bool kMath = !(kProbe & probe::kNoMath), kLoads = !(kProbe & probe::kNoLoads);
+  constexpr bool kStageScales = kProbe & probe::kStageWeightScales;
+  constexpr bool kThreadRelease = kProbe & probe::kThreadRelease;
+  constexpr int kFullArrivals = kStageScales ? 2 : 1;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem_a = smem;                              // S x 8 KiB
+  uint8_t* smem_b = smem_a + S * kABytes;              // S x TileN x 128
+  float* smem_a_scale = reinterpret_cast<float*>(smem_b + S * T::kBBytes);  // S x 64
+  float2* smem_stage_b_scale = reinterpret_cast<float2*>(smem_a_scale + S * kTokenTile);  // S x (below, above)
+  float* smem_b_scale = reinterpret_cast<float*>(smem_stage_b_scale + S);  // 2 x kMaxResidentKBlocks
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem_b_scale + 2 * kMaxResidentKBlocks);
+  uint64_t* empty = full + S;
+  uint64_t* scales_ready = empty + S;  // the resident weight scales: one cp.async arrival per producer lane
+
+  // The token tiles of one weight tile on consecutive CTAs (as DeepGEMM orders them): they read the same
+  // weight lines at about the same time (per K block 0.279 against 0.291 us at M = 128, N = 6144, 0.542
+  // against 0.634 at M = 256, gemm/NOTES.md fifteenth session).
+  const int n0 = int(blockIdx.x) / p.m_tiles * TileN;
+  const int m0 = int(blockIdx.x) % p.m_tiles * kTokenTile;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  if (threadIdx.x == 0) {
+    // full: the producer's arrive with the TMA bytes. empty: lane 0 of each math warp, after __syncwarp
+    // orders its lanes' reads of the stage before the release (the stage holds only TMA-written data).
+    for (int s = 0; s < S; ++s)
+      Barrier::init(&full[s], kFullArrivals), Barrier::init(&empty[s], kThreadRelease ? kMathThreads : 4);
+    Barrier::init(scales_ready, 32);
+    cutlass::arch::fence_barrier_init();
+  }
+  if (warp == 4 && lane == 0) {
+    // Prefetching the descriptors is not a global read of data another kernel writes.
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&a_map) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&b_map) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(&a_scale_map) : "memory");
+  }
+  __syncthreads();
+  // Programmatic dependent launch: nothing global is read before the previous kernel's results are
+  // visible (a no-op for a plain launch).
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+
+  // The tile's weight scale rows: the 128-row block of n0 and the next one (the same at the last block).
+  const int scale_block = n0 / 128;
+  const int last_block = (p.n + 127) / 128 - 1;
+  const float* b_scale_lo = p.b_scale + int64_t(scale_block) * p.k_blocks;
+  const float* b_scale_hi = p.b_scale + int64_t(min(scale_block + 1, last_block)) * p.k_blocks;
+  const bool resident_scales = !kStageScales && p.k_blocks <= kMaxResidentKBlocks;
+  if (warp == 4) {
+    // The resident weight scales first, by cp.async from the 32 lanes, so that their requests go out ahead
+    // of the ring's TMA loads (the math threads' own loads of them went out behind ~16 stages of loads:
+    // ~3% of the row's time at M = 32..64, gemm/NOTES.md sixteenth session, calls 2 and 4).
+    if (resident_scales) {
+      for (int i = lane; i < p.k_blocks; i += 32) {
+        const uint32_t dst = cute::cast_smem_ptr_to_uint(&smem_b_scale[i]);
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(b_scale_lo + i) : "memory");
+        if constexpr (!T::kOneWeightScale)
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4 * kMaxResidentKBlocks),
+                       "l"(b_scale_hi + i)
+                       : "memory");
+      }
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(
+                       scales_ready))
+                   : "memory");
+    }
+    __syncwarp();
+    if (lane != 0) return;
+    int s = 0;
+    uint32_t phase = 0;
+    for (int kb = 0; kb < p.k_blocks; ++kb) {
+      if (kb >= S) Barrier::wait(&empty[s], phase ^ 1);
+      if constexpr (!kLoads) {
+        for (int i = 0; i < kFullArrivals; ++i) Barrier::arrive(&full[s]);
+      } else {
+        if constexpr (kStageScales) {
+          const uint32_t w_dst = cute::cast_smem_ptr_to_uint(&smem_stage_b_scale[s]);
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(w_dst), "l"(b_scale_lo + kb) : "memory");
+          if constexpr (!T::kOneWeightScale)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(w_dst + 4), "l"(b_scale_hi + kb) : "memory");
+          asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(
+                           &full[s]))
+                       : "memory");
+        }
+        Barrier::arrive_and_expect_tx(&full[s], kABytes + T::kBBytes + kScaleBytes);
+        tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + s * kABytes), &a_map, kb * kTileK, m0, &full[s]);
+        tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s]);
+        tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a_scale + s * kTokenTile), &a_scale_map, m0, kb, &full[s]);
+      }
+      if (++s == S) s = 0, phase ^= 1;
+    }
+    return;
+  }
+
+  // Math warpgroup. The weight scales of the whole K walk are in shared memory once scales_ready completes
+  // (one broadcast read a block afterwards, where the fifteenth session's cp.async into each stage cost a
+  // second arrival on every full barrier).
+  if (resident_scales) Barrier::wait(scales_ready, 0);
+
+  // Operand tiles per stage, K-major with the 128-byte swizzle the TMA boxes write.
+  auto a_layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{}, Shape<_64, Int<kTileK>, Int<S>>{});
+  auto b_layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{}, Shape<Int<TileN>, Int<kTileK>, Int<S>>{});
+  Tensor sA = make_tensor(make_smem_ptr(reinterpret_cast<Fp8*>(smem_a)), a_layout);
+  Tensor sB = make_tensor(make_smem_ptr(reinterpret_cast<Fp8*>(smem_b)), b_layout);
+  typename T::Mma mma;
+  auto thr = mma.get_thread_slice(threadIdx.x);
+  Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));  // (MMA, 1, 4, S)
+  Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));
+  Tensor acc = partition_fragment_C(mma, Shape<_64, Int<TileN>>{});  // (MMA, 1, 1): TileN / 2 floats
+  Tensor partial = make_fragment_like(acc);
+  clear(acc);
+
+  // Accumulator element i of this thread: row warp * 16 + lane / 4 + 8 * ((i / 2) % 2), column
+  // 8 * (i / 4) + 2 * (lane % 4) + i % 2 (wgmma's m64nN accumulator layout).
+  const int row = warp * 16 + lane / 4;
+  // 8-column groups from `upper_group` on lie in the next 128-row weight scale block.
+  const int upper_group = ((scale_block + 1) * 128 - n0) / 8;
+
+  // Release of stage s once this thread's reads of it are done.
+  const auto release = [&](const int s) {
+    if constexpr (kThreadRelease) {
+      Barrier::arrive(&empty[s]);
+    } else {
+      __syncwarp();
+      if (lane == 0) Barrier::arrive(&empty[s]);
+    }
+  };
+  // K block kb on stage s (a constant inside the unrolled rounds below, so its descriptors and scale
+  // addresses fold): wait for the stage, 4 wgmma into the fresh fragment, the token scale loads under them,
+  // drain, release the stage, promote.
+  auto block = [&](const int s, const uint32_t phase, const int kb) {
+    float2 w = make_float2(0.f, 0.f);
+    if (resident_scales)
+      w = make_float2(smem_b_scale[kb], T::kOneWeightScale ? 0.f : smem_b_scale[kMaxResidentKBlocks + kb]);
+    else if (!kStageScales)
+      w = make_float2(__ldg(b_scale_lo + kb), T::kOneWeightScale ? 0.f : __ldg(b_scale_hi + kb));
+    Barrier::wait(&full[s], phase);
+    if constexpr (!kMath) {
+      release(s);
+      return;
+    }
+    warpgroup_fence_operand(partial);
+    warpgroup_arrive();
+    mma.accumulate_ = GMMA::ScaleOut::Zero;
+    CUTLASS_PRAGMA_UNROLL
+    for (int k = 0; k < kTileK / 32; ++k) {
+      cute::gemm(mma, tCrA(_, _, k, s), tCrB(_, _, k, s), partial);
+      mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    const float t0 = smem_a_scale[s * kTokenTile + row], t1 = smem_a_scale[s * kTokenTile + row + 8];
+    if constexpr (kStageScales) w = smem_stage_b_scale[s];
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(partial);
+    release(s);
+    const float s0_lo = t0 * w.x, s1_lo = t1 * w.x;
+    float s0_hi = s0_lo, s1_hi = s1_lo;
+    if constexpr (!T::kOneWeightScale) s0_hi = t0 * w.y, s1_hi = t1 * w.y;
+    CUTLASS_PRAGMA_UNROLL
+    for (int g = 0; g < TileN / 8; ++g) {
+      const bool upper = !T::kOneWeightScale && g >= upper_group;
+      const float scale0 = upper ? s0_hi : s0_lo, scale1 = upper ? s1_hi : s1_lo;
+      acc(4 * g + 0) = fmaf(partial(4 * g + 0), scale0, acc(4 * g + 0));
+      acc(4 * g + 1) = fmaf(partial(4 * g + 1), scale0, acc(4 * g + 1));
+      acc(4 * g + 2) = fmaf(partial(4 * g + 2), scale1, acc(4 * g + 2));
+      acc(4 * g + 3) = fmaf(partial(4 * g + 3), scale1, acc(4 * g + 3));
+    }
+  };
+  // Whole rounds of S blocks unrolled (stage indices constant), then the remaining blocks.
+  uint32_t phase = 0;
+  int kb = 0;
+  for (; kb + S <= p.k_blocks; kb += S, phase ^= 1) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < S; ++s) block(s, phase, kb + s);
+  }
+  for (int s = 0; kb < p.k_blocks; ++kb, ++s) block(s, phase, kb);
+
+  Out* d = static_cast<Out*>(p.d);
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {
+    const int r = m0 + row + 8 * ((i / 2) % 2);
+    const int c = n0 + 8 * (i / 4) + 2 * (lane % 4);
+    if (r < p.m && c < p.n) store_pair(d + int64_t(r) * p.n + c, acc(i), acc(i + 1));
+  }
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A row-major 2D map (inner extent `cols` contiguous) with a rows x cols box.
+bool encode(CUtensorMap* map, CUtensorMapDataType type, const void* base, uint64_t cols, uint64_t rows,
+            uint64_t row_bytes, uint32_t box_cols, uint32_t box_rows, CUtensorMapSwizzle swizzle) {
+  const auto fn = encode_tiled();
+  if (fn == nullptr) return false;
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {row_bytes};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  // Out-of-bounds rows (M, N and the token scales past the tensors' ends) are filled with zeros.
+  return fn(map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int TileN, class Out, int kProbe = 0>
+cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
+  using T = Tile<TileN>;
+  const uint64_t k_blocks = uint64_t(p.k) / kTileK;
+  CUtensorMap a_map, b_map, a_scale_map;
+  if (!encode(&a_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a, p.k, p.m, p.k, kTileK, kTokenTile,
+              CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !encode(&b_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.b, p.k, p.n, p.k, kTileK, TileN, CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !encode(&a_scale_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.a_scale, p.a_scale_ld, k_blocks, p.a_scale_ld * 4,
+              kTokenTile, 1, CU_TENSOR_MAP_SWIZZLE_NONE))
+    return cudaErrorInvalidValue;
+  const int64_t tiles = tile_count(p, TileN);
+  if (tiles > std::numeric_limits<int32_t>::max()) return cudaErrorInvalidValue;
+  const auto kernel = tok64_gemm<TileN, Out, kProbe>;
+  // Every launch, as CUTLASS's adapter does: the attribute belongs to the current device's context.
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
+      e != cudaSuccess)
+    return e;
+  const int m_tiles = int((p.m + kTokenTile - 1) / kTokenTile);
+  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles};
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(tiles));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = T::kSmem;
+  cfg.stream = stream;
+  cfg.attrs = &pdl;
+  cfg.numAttrs = p.pdl ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a_map, b_map, a_scale_map, params);
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+
+template <int TileN>
+cudaError_t launch_out(const Problem& p, cudaStream_t stream) {
+  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16>(p, stream) : launch_width<TileN, __half>(p, stream);
+}
+
+}  // namespace
+
+int64_t tile_count(const Problem& p, int width) {
+  return ((p.m + kTokenTile - 1) / kTokenTile) * ((p.n + width - 1) / width);
+}
+
+// The width whose tiles take the fewest waves times bytes a CTA loads per K block ((64 + width) x 128):
+// each SM's TMA ingress is the limit (~50-64 B/clk, gemm/NOTES.md fourteenth session), so a wave costs
+// its CTAs' bytes; ties go to the wider tile (fewer CTAs read the token tile). Problem::tile_n (the
+// BLOCKFP8_SM90_TILE_N switch) replaces the rule.
+int tile_n(const Problem& p) {
+  for (int w : kTileWidths)
+    if (p.tile_n == w) return w;
+  int best = kTileWidths[0];
+  int64_t best_cost = INT64_MAX;
+  for (int w : kTileWidths) {
+    const int64_t waves = (tile_count(p, w) + p.sm_count - 1) / std::max(p.sm_count, 1);
+    const int64_t cost = waves * (kTokenTile + w);
+    if (cost <= best_cost) best = w, best_cost = cost;
+  }
+  return best;
+}
+
+cudaError_t launch(const Problem& p, cudaStream_t stream) {
+  switch (tile_n(p)) {
+    case 16: return launch_out<16>(p, stream);
+    case 32: return launch_out<32>(p, stream);
+    case 48: return launch_out<48>(p, stream);
+    case 64: return launch_out<64>(p, stream);
+    case 80: return launch_out<80>(p, stream);
+    case 96: return launch_out<96>(p, stream);
+    case 112: return launch_out<112>(p, stream);
+    case 128: return launch_out<128>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+size_t workspace(const Problem&) { return 0; }
+
+KPlan plan(const Problem& p) {
+  KPlan out;
+  out.tile_n = tile_n(p);
+  return out;
+}
+
+}  // namespace blockfp8::gemm::sm90::tok64
