@@ -1,5 +1,5 @@
 // Instantiates tile-table row sm90_coop_128x128x128_c2x1_ovl_epi64x3 of sm90.cu (bf16 and fp16 out): the 128x128 row
-// with 128x64 epilogue subtiles in 3 buffers (selected at K <= 4096 from M = 1024); see sm90_kernel.cuh. sm_90a only.
+// with 128x64 epilogue subtiles in 3 buffers (selected at K <= 3840 from M = 1024); see sm90_kernel.cuh. sm_90a only.
 #include "sm90_kernel.cuh"
 
 namespace blockfp8::gemm::sm90 {
