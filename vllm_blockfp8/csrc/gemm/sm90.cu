@@ -13,7 +13,7 @@
 // the 128x32 row above M = 48: few 64-row tiles; the `_slicek` row: its slices fire; the 128x64 rows above
 // M = 128: no more waves than the 128x128 row; the `_persistent` 128x64 row: the plain one would run K whole;
 // the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles:
-// K <= 2048 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
+// K <= 3840 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
 // the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
 // (where that saves more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
 // The 128x128 `_sk` row runs a nearly empty last wave as stream-K.
@@ -168,7 +168,7 @@ bool streams_tail_wave(const Problem& p) {
 
 // Selection precondition of the 128x128 row with 128x64 epilogue subtiles in three buffers (sm90_kernel.h,
 // kEpilogueN, kStoreStages): K of at most 30 blocks, M from 1024. CUTLASS's 128x32 subtiles (two buffers) make the
-// math warpgroups wait three times a tile for a store to leave shared memory; at 4-16 K blocks a tile that is a
+// math warpgroups wait three times a tile for a store to leave shared memory; at 4-30 K blocks those waits are a
 // noticeable part of the tile's time. Three 128x64 buffers never wait within a tile; the 32 KiB more they take cost
 // one of the 6 mainloop stages, which longer K notices, so the row keeps to short K: 0.80-0.92x the plain row on
 // 32768x512, 0.895-1.002x (geomean 0.959) at the 28 K <= 1024 points of HELD_OUT_9 (seventeenth session, E15);
