@@ -8,7 +8,12 @@ activations and their scales; full-linear floors count 16-bit activations.
   python -m benchmarks.bench_gemm                         # M = 32..256 and 1024..8192, both ops
   python -m benchmarks.bench_gemm --ops gemm --rows --m 128,4096
   python -m benchmarks.bench_gemm --ops gemm --rows ROW_A,ROW_B --peers none   # two rows, that order
+  python -m benchmarks.bench_gemm --pdl 1 --peers deepgemm,deepgemm_nopdl   # launch modes side by side
   python -m benchmarks.bench_gemm --dry-run               # no GPU: fake timings
+
+--pdl MODES adds ours under each SM90 launch mode named (BLOCKFP8_SM90_PDL's values, set per capture
+with ops.set_sm90_pdl) as impl "ours@pdl=MODE"; "ours" keeps the process's mode. tools/ab_compare.py
+selected reads them as rows against "ours".
 """
 
 from __future__ import annotations
@@ -20,6 +25,25 @@ from vllm_blockfp8 import shapes
 from . import harness, peers
 
 SCRIPT = "bench_gemm"
+
+
+def _in_launch_mode(ops, mode, fn):
+    if ops is None:  # dry run
+        return fn()
+    was = ops.set_sm90_pdl(mode)
+    try:
+        return fn()
+    finally:
+        ops.set_sm90_pdl(was)
+
+
+def _pdl_modes(spec: str) -> list[str]:
+    from vllm_blockfp8.ops import SM90_ENV_SWITCHES  # noqa: PLC0415 (the allowed values' one home)
+    modes = [x for x in spec.split(",") if x]
+    bad = [x for x in modes if x not in SM90_ENV_SWITCHES["BLOCKFP8_SM90_PDL"]]
+    if bad:
+        raise SystemExit(f"--pdl: unknown modes {bad}; known: {', '.join(SM90_ENV_SWITCHES['BLOCKFP8_SM90_PDL'])}")
+    return modes
 
 
 def our_variants(args, op, ops, ops_why, copies, checker, m, n, k) -> list[harness.Variant]:
@@ -39,6 +63,11 @@ def our_variants(args, op, ops, ops_why, copies, checker, m, n, k) -> list[harne
         "ours", row="dry" if dry else peers.selected_row(ops, family, m, n, k), strict=False,
         check=None if dry else checker.linear(*kinds),
         factory=lambda i: (lambda c=copies[i]: call(c)))]
+    for mode in args.pdl:
+        out.append(harness.Variant(
+            f"ours@pdl={mode}", row="dry" if dry else peers.selected_row(ops, family, m, n, k), strict=False,
+            check=None if dry else checker.linear(*kinds),
+            factory=lambda i, mode=mode: (lambda c=copies[i]: _in_launch_mode(ops, mode, lambda: call(c)))))
     if args.rows and op == "gemm":
         rows = list(enumerate(peers.forced_rows(ops, "gemm", dry)))
         if args.rows != "all":  # the named rows, in the order given (alternate it between runs)
@@ -61,6 +90,8 @@ def main(argv=None) -> int:
                         help="GEMM only, full linear, or both (default)")
     parser.add_argument("--rows", nargs="?", const="all", default=None,
                         help="also time forced GEMM rows: every row, or the comma-separated names given")
+    parser.add_argument("--pdl", type=_pdl_modes, default=[],
+                        help="also time ours under these SM90 launch modes (comma-separated: 0, 1, gemm)")
     args = parser.parse_args(argv)
     runner = harness.start(SCRIPT, args)
     ms = harness.parse_m(args.m)

@@ -79,7 +79,8 @@ def vllm_api():
         triton_mm=fp8_utils.w8a8_triton_block_scaled_mm,
         deepgemm_weight=fp8_utils.deepgemm_post_process_fp8_weight_block,
         fp8_gemm_nt=deep_gemm.fp8_gemm_nt, deepgemm_ok=deep_gemm.is_deep_gemm_supported,
-        deepgemm_e8m0=deep_gemm.is_deep_gemm_e8m0_used), None
+        deepgemm_e8m0=deep_gemm.is_deep_gemm_e8m0_used,
+        deepgemm_module=getattr(deep_gemm, "_import_deep_gemm", lambda: None)), None
 
 
 def _capability() -> tuple[int, int]:
@@ -284,6 +285,30 @@ def _deepgemm_build(o: Operands, mode: str):
         x, BLOCK, column_major_scales=True, tma_aligned_scales=True, use_ue8m0=False))(o, mode)
 
 
+def _deepgemm_nopdl_unavailable():
+    why = _deepgemm_unavailable()
+    if why:
+        return why
+    dg = vllm_api()[0].deepgemm_module()
+    return None if dg is not None and hasattr(dg, "set_pdl") else "this deep_gemm has no set_pdl"
+
+
+def _deepgemm_nopdl_build(o: Operands, mode: str):
+    """DeepGEMM as vLLM calls it, but launched in plain stream order: vLLM turns its programmatic
+    launch on (SM90+), which a graph keeps from capture. Tells how much of DeepGEMM's time in a chain
+    of GEMMs is that launch."""
+    run, dg = _deepgemm_build(o, mode), vllm_api()[0].deepgemm_module()
+
+    def call():
+        was = dg.get_pdl()
+        dg.set_pdl(False)
+        try:
+            return run()
+        finally:
+            dg.set_pdl(was)
+    return call
+
+
 def _vllm_triton_gemm(a, sa, o):
     return vllm_api()[0].triton_mm(a, o.b, sa, o.b_scale, [BLOCK, BLOCK],
                                    output_dtype=torch.bfloat16)
@@ -312,6 +337,8 @@ GEMM_PEERS = (
          lambda: _needs_cuda() or _vllm_unavailable(), _k_block_n16, _vllm_build),
     Peer("deepgemm", "vllm with DeepGEMM (vllm.utils.deep_gemm.fp8_gemm_nt, fp32 scales)", "w8a8",
          lambda: _needs_cuda() or _deepgemm_unavailable(), _deepgemm_rejects, _deepgemm_build),
+    Peer("deepgemm_nopdl", "vllm with DeepGEMM, programmatic launch off (deep_gemm.set_pdl(False))", "w8a8",
+         lambda: _needs_cuda() or _deepgemm_nopdl_unavailable(), _deepgemm_rejects, _deepgemm_nopdl_build),
     Peer("vllm_triton", "vllm (w8a8_triton_block_scaled_mm)", "w8a8",
          lambda: _needs_cuda() or vllm_api()[1], _k_block, _w8a8_build(_vllm_triton_gemm)),
 )

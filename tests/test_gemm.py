@@ -379,6 +379,47 @@ def test_programmatic_launch_reads_what_the_kernel_before_it_just_wrote():
            {"BLOCKFP8_SM90_PDL": "1"})
 
 
+@pytest.mark.parametrize("mode", ("1", "gemm"))
+def test_launch_mode_switched_in_process_changes_no_bits(mode):
+    """ops.set_sm90_pdl switches the launch mode between calls (benchmarks capture both modes in one
+    process): every row, and the full linear (whose quantizer triggers the GEMM in mode 1), give the
+    same bits as plain stream order, eagerly and replayed from a graph captured in that mode."""
+    m, n, k = 83, 576, 2048
+    a, a_scale, b, b_scale = _operands(m, n, k, seed=26)
+    x = torch.randn(m, k, device="cuda", generator=torch.Generator(device="cuda").manual_seed(27)).to(torch.bfloat16)
+
+    def run_all():
+        outs = {row: ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row) for row in ROWS}
+        outs["linear"] = ops.blockfp8_linear(x, b, b_scale)
+        return outs
+
+    was = ops.set_sm90_pdl("0")
+    try:
+        plain = run_all()
+        ops.set_sm90_pdl(mode)
+        eager = run_all()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            run_all()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = run_all()
+    finally:
+        ops.set_sm90_pdl(was)
+    for out in captured.values():
+        out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    # Plain randn activations: small max|ref|, so the FP8 accumulation floor (as in the graph test above).
+    reference.assert_close_to_ref(plain["linear"], reference.linear_ref(x, b, b_scale, quantize_activations=True),
+                                  "linear, plain stream order", abs_floor=FP8_MMA_FLOOR)
+    for name, want in plain.items():
+        assert torch.equal(eager[name].view(torch.int16), want.view(torch.int16)), f"eager {name} mode {mode}"
+        assert torch.equal(captured[name].view(torch.int16), want.view(torch.int16)), f"graph {name} mode {mode}"
+
+
 def test_programmatic_launch_changes_no_bits(tmp_path):
     """BLOCKFP8_SM90_PDL=1 (in a child process) gives the same bits as plain stream order, for every row."""
     m, n, k = 83, 576, 2048

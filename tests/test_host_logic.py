@@ -79,6 +79,20 @@ def test_sm90_switches_are_checked_at_import_values():
         ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "100"})
 
 
+def test_launch_mode_switch_round_trips_and_rejects_unknown_modes():
+    """set_sm90_pdl returns the mode it replaced, so a benchmark can restore it after a capture."""
+    start = ops.set_sm90_pdl("1")
+    try:
+        assert start in ("0", "1", "gemm")
+        assert ops.set_sm90_pdl("gemm") == "1"
+        assert ops.set_sm90_pdl("0") == "gemm"
+        with pytest.raises(ValueError, match="mode must be one of 0, 1, gemm, got 'off'"):
+            ops.set_sm90_pdl("off")
+        assert ops.set_sm90_pdl("0") == "0", "a rejected mode must leave the mode as it was"
+    finally:
+        ops.set_sm90_pdl(start)
+
+
 # (m, n, width) at 132 SMs: the 64-token-tile row's width rule (sm90_tok64_fitn.cu, tile_n). At M = 128 it
 # picks DeepGEMM's own widths (gemm/NOTES.md fourteenth session: 64x32 / 64x64 / 64x80 / 64x96 tiles).
 TOK64_WIDTHS_AT_132_SMS = [

@@ -3,6 +3,7 @@
     python tools/ab_compare.py BASE_ROW A.json B.json [A2.json B2.json ...] [--out merged.json] [--plot ratios.png]
     python tools/ab_compare.py selected A.json B.json ... [--only-selected ROW[,ROW]]
     python tools/ab_compare.py --settings BASE_SETTING CAND1.json BASE1.json CAND2.json BASE2.json ... [--op gemm|linear]
+    python tools/ab_compare.py --impls NAME A.json::CAND::BASE B.json::CAND2::BASE2 ... [--op gemm|linear]
 
 Each pair of JSON files is one ab_gemm spec: the same forced rows timed in two processes with the
 row order reversed. Per point (shape, M) and candidate row, the ratio is the geometric mean over
@@ -15,7 +16,10 @@ count of points where it is faster, the range and the worst shape. --out writes 
 (the runs' headers and every forced-row time, enough to recompute everything printed); --plot
 draws the per-point ratios by M. --settings compares one setting of the same rows against another
 (an environment switch, each setting in its own process): pairs (candidate run, base run), ideally
-run in the order candidate, base, base, candidate so that drift cancels as well.
+run in the order candidate, base, base, candidate so that drift cancels as well. --impls compares two impls
+of the same run (e.g. ``ours@pdl=1`` against ``ours``, both timed interleaved in one process), each run
+naming its own pair, so a second run may hold the two in the other position (``ours`` in mode 1 against
+``ours@pdl=0``): per point the geomean over the runs of CAND / BASE.
 """
 
 from __future__ import annotations
@@ -73,6 +77,24 @@ def setting_ratios(cand: dict, base: dict, out: dict) -> None:
             out.setdefault(row, {}).setdefault(m, []).append((s, us / base[(s, m, row)]))
 
 
+def impl_ratios(specs: list[str], op: str | None) -> dict[str, dict[int, list[tuple[str, float]]]]:
+    """--impls: {CAND of the first spec: {m: [(shape, geomean over the runs of CAND / BASE)]}} over the points
+    every run timed both impls of its spec (PATH::CAND::BASE)."""
+    per_run = []
+    for spec in specs:
+        path, cand, base = spec.split("::")
+        records = [r for r in load_json(Path(path))["records"] if op is None or r.get("op") == op]
+        us = {(r["shape"], r["m"], r["impl"]): r["us"] for r in records}
+        per_run.append({(s, m): us[(s, m, cand)] / us[(s, m, base)]
+                        for (s, m, impl) in us if impl == cand and (s, m, base) in us})
+    common = set.intersection(*(set(r) for r in per_run))
+    name = specs[0].split("::")[1]
+    out: dict = {name: defaultdict(list)}
+    for s, m in sorted(common):
+        out[name][m].append((s, geomean([r[(s, m)] for r in per_run])))
+    return out
+
+
 def report(base: str, table) -> list[str]:
     lines = []
     for row, by_m in table.items():
@@ -93,6 +115,8 @@ def main(argv=None) -> int:
     ap.add_argument("--settings", action="store_true",
                     help="each pair is (candidate setting, base setting) of the same rows in two processes: "
                          "per row and point the ratio a / b, geomean over the pairs")
+    ap.add_argument("--impls", action="store_true",
+                    help="each run is PATH::CAND::BASE, two impls of that run (base is then only a label)")
     ap.add_argument("--only-selected", default="",
                     help="comma-separated rows: keep the points where the table selected one of them")
     ap.add_argument("--op", choices=("gemm", "linear"), default=None,
@@ -100,6 +124,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--plot", type=Path)
     a = ap.parse_args(argv)
+    if a.impls:
+        table = impl_ratios([str(r) for r in a.runs], a.op)
+        print("\n".join(report(a.base, table)))
+        if a.out:
+            dump_json({"base": a.base, "impls": [str(r) for r in a.runs],
+                       "ratios": {k: {str(m): v for m, v in by_m.items()} for k, by_m in table.items()}}, a.out)
+        return 0
     if len(a.runs) % 2:
         ap.error("give the JSON files in (a, b) pairs, one pair per ab_gemm spec")
     loaded = [forced_times(p, a.op) for p in a.runs]

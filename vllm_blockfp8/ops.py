@@ -38,6 +38,7 @@ _SCHEMAS = {
     "gemv_pins_residency": "gemv_pins_residency(int column_blocks, int sm_count, int ksplit, int m_tiles) -> bool",
     "gemm_k_plan": "gemm_k_plan(int row, int m, int n, int k, int sm_count) -> str",
     "build_info": "build_info() -> str",
+    "set_sm90_pdl": "set_sm90_pdl(str mode) -> str",
 }
 
 _lib = torch.library.Library("blockfp8", "DEF")  # noqa: TOR901 - the schemas' one home
@@ -339,6 +340,7 @@ if not HAS_CUDA_KERNELS:
               "CompositeExplicitAutograd")
     _lib.impl("gemv_pins_residency", lambda cb, sm, ks, mt: False, "CompositeExplicitAutograd")
     _lib.impl("gemm_k_plan", lambda row, m, n, k, sm: "", "CompositeExplicitAutograd")
+    _lib.impl("set_sm90_pdl", lambda mode: "0", "CompositeExplicitAutograd")
 
 
 def tile_table(family: str) -> list:
@@ -384,6 +386,18 @@ def gemm_k_plan(row: int, m: int, n: int, k: int, sm_count: Optional[int] = None
     _need(plan is None or "error" not in plan, f"gemm_k_plan(row={row}, m={m}, n={n}, k={k}, "
           f"sm_count={sm_count}): {plan and plan.get('error')}")
     return plan
+
+
+def set_sm90_pdl(mode: str) -> str:
+    """Set this process's SM90 launch mode (``BLOCKFP8_SM90_PDL``'s values: ``0``, ``1``, ``gemm``) and
+    return the previous one; the environment variable only gives the starting mode. Calls launched
+    after it use the new mode; a CUDA graph keeps the mode it was captured in, so benchmarks capture
+    both modes in one process. The results are the same bits in every mode. Without the compiled
+    extension there is nothing to launch and it returns ``0``.
+    """
+    allowed = SM90_ENV_SWITCHES["BLOCKFP8_SM90_PDL"]
+    _need(mode in allowed, f"set_sm90_pdl: mode must be one of {', '.join(allowed)}, got {mode!r}")
+    return torch.ops.blockfp8.set_sm90_pdl(mode)
 
 
 def build_info() -> dict:

@@ -12,6 +12,7 @@
 #include <torch/csrc/stable/tensor.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -101,7 +102,9 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // dependent launch and lets the quantizer trigger it at its start; gemm launches them so but without the
 // quantizer's trigger (the GEMM then launches as the quantizer's CTAs exit); 0, plain stream order. Off by
 // default: on the H200 `1` took 0.95x the full linear's time at M = 32..256 but up to 1.14x at one layer
-// (gemm/NOTES.md twelfth session). The results are the same bit for bit.
+// (gemm/NOTES.md twelfth session). The results are the same bit for bit. Unlike the other switches it can
+// be changed after the first call (op set_sm90_pdl), so a benchmark can capture both launch modes in one
+// process and time them interleaved; a captured graph keeps the mode it was captured in.
 // BLOCKFP8_SM90_TILE_N (16, 32, ..., 128): the 64-token-tile row's weight-tile width in place of its rule.
 struct Sm90Switches {
   bool order_from_env = false;
@@ -109,10 +112,26 @@ struct Sm90Switches {
   int max_swizzle = 1;
   int splits = 0;
   bool nondeterministic_reduction = false;
-  bool pdl = false;
-  bool quant_triggers = false;
   int tile_n = 0;
 };
+
+enum PdlMode : int { kPdlOff = 0, kPdlQuantTriggers = 1, kPdlGemmOnly = 2 };
+
+int parse_pdl_mode(const std::string& v) {
+  return v == "1" ? kPdlQuantTriggers : v == "gemm" ? kPdlGemmOnly : v == "0" ? kPdlOff : -1;
+}
+
+const char* pdl_mode_name(int mode) { return mode == kPdlQuantTriggers ? "1" : mode == kPdlGemmOnly ? "gemm" : "0"; }
+
+// Atomic: a benchmark thread may switch it while another launches (a torn read would only pick a mode).
+std::atomic<int>& sm90_pdl_mode() {
+  static std::atomic<int> mode([] {
+    const char* v = std::getenv("BLOCKFP8_SM90_PDL");
+    const int m = v && *v ? parse_pdl_mode(v) : kPdlOff;
+    return m < 0 ? kPdlOff : m;  // ops.py rejects other values at import
+  }());
+  return mode;
+}
 
 const Sm90Switches& sm90_env_switches() {
   static const Sm90Switches switches = [] {
@@ -131,10 +150,6 @@ const Sm90Switches& sm90_env_switches() {
     if (const char* r = std::getenv("BLOCKFP8_SM90_REDUCTION"); r && *r)
       o.nondeterministic_reduction = std::string(r) == "nondeterministic";
     if (const char* w = std::getenv("BLOCKFP8_SM90_TILE_N"); w && *w) o.tile_n = std::max(0, std::atoi(w));
-    if (const char* v = std::getenv("BLOCKFP8_SM90_PDL"); v && *v) {
-      o.pdl = std::string(v) == "1" || std::string(v) == "gemm";
-      o.quant_triggers = std::string(v) == "1";
-    }
     return o;
   }();
   return switches;
@@ -149,7 +164,7 @@ void apply_sm90_switches(gemm::Problem& p) {
   }
   p.splits = env.splits;
   p.nondeterministic_reduction = env.nondeterministic_reduction;
-  p.pdl = env.pdl;
+  p.pdl = sm90_pdl_mode().load(std::memory_order_relaxed) != kPdlOff;
   p.tile_n = env.tile_n;
 }
 #endif
@@ -218,7 +233,7 @@ std::tuple<Tensor, Tensor> quantize(const Tensor& x_in, int64_t row, const Devic
   p.s = static_cast<float*>(s_buf.data_ptr());
   p.m = m, p.k = k, p.x_stride = x.stride(0), p.s_ld = m4;
   p.bf16 = x.scalar_type() == ScalarType::BFloat16;
-  p.trigger_dependents = sm90_env_switches().quant_triggers;
+  p.trigger_dependents = sm90_pdl_mode().load(std::memory_order_relaxed) == kPdlQuantTriggers;
   int i = int(row);
   if (i < 0) {
     i = quant::select(p);
@@ -508,6 +523,13 @@ bool op_gemv_pins_residency(int64_t column_blocks, int64_t sm_count, int64_t ksp
   return gemv::pins_residency(column_blocks, int(sm_count), int(ksplit), int(m_tiles));
 }
 
+// Sets this process's BLOCKFP8_SM90_PDL mode; returns the previous one.
+std::string op_set_sm90_pdl(std::string mode) {
+  const int m = parse_pdl_mode(mode);
+  STD_TORCH_CHECK(m >= 0, "blockfp8: set_sm90_pdl: mode must be 0, 1 or gemm, got '", mode, "'");
+  return pdl_mode_name(sm90_pdl_mode().exchange(m));
+}
+
 std::string op_build_info() {
   std::string archs = BLOCKFP8_ARCHS;  // set by setup.py, e.g. "8.9;9.0a;12.0a"
   std::string out = "{\"compiled\": true, \"archs\": [";
@@ -548,4 +570,5 @@ STABLE_TORCH_LIBRARY_IMPL(blockfp8, CompositeExplicitAutograd, m) {
   m.impl("gemv_pins_residency", TORCH_BOX(&blockfp8::op_gemv_pins_residency));
   m.impl("gemm_k_plan", TORCH_BOX(&blockfp8::op_gemm_k_plan));
   m.impl("build_info", TORCH_BOX(&blockfp8::op_build_info));
+  m.impl("set_sm90_pdl", TORCH_BOX(&blockfp8::op_set_sm90_pdl));
 }
