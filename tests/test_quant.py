@@ -215,3 +215,18 @@ def test_reference_path_accepts_every_row(row):
 def test_quant_opcheck_forced_row(row):
     x = _input(5, 640, torch.bfloat16, seed=4)
     torch.library.opcheck(torch.ops.blockfp8.per_token_group_quant.default, (x, G, row))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the reference on CUDA tensors)")
+def test_reference_gives_the_same_bits_on_cuda_and_cpu():
+    """The reference is the contract on any device: on CUDA torch divides by a Python number through
+    its rounded reciprocal, which moved about half the scales by one ulp and some values by one FP8
+    step (a GEMM test saw a 4.6% error at one element), so the reference divides by a tensor."""
+    x = _input(256, 4096, torch.bfloat16, seed=31)
+    q, s = reference.quantize_per_token_group(x.cuda(), G)
+    rq, rs = reference.quantize_per_token_group(x, G)
+    assert reference.first_mismatch(q.cpu(), rq) is None and reference.first_mismatch(s.cpu(), rs) is None
+    w = torch.randn(576, 1024, generator=torch.Generator().manual_seed(32))
+    wq, ws = reference.quantize_block_fp8(w.cuda())
+    rwq, rws = reference.quantize_block_fp8(w)
+    assert reference.first_mismatch(wq.cpu(), rwq) is None and reference.first_mismatch(ws.cpu(), rws) is None

@@ -35,6 +35,13 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _fp32_div(a: torch.Tensor, divisor: float) -> torch.Tensor:
+    """a / divisor, the IEEE fp32 division on every device. A Python number as the divisor would
+    not do on CUDA: there torch multiplies by its rounded reciprocal (1/448 is inexact), which
+    misses the division by one ulp on some values and then moves a quantized value by one step."""
+    return a / torch.full_like(a, divisor)
+
+
 # --------------------------------------------------------------------------------------------
 # Block FP8
 # --------------------------------------------------------------------------------------------
@@ -52,7 +59,7 @@ def quantize_per_token_group(x: torch.Tensor, group_size: int = BLOCK):
     m, k = x.shape
     groups = x.float().reshape(m, k // group_size, group_size)
     amax = groups.abs().amax(dim=-1).clamp_min(AMAX_FLOOR)
-    scale = amax / FP8_MAX
+    scale = _fp32_div(amax, FP8_MAX)
     q = (groups / scale.unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return q.reshape(m, k), scale.contiguous()
 
@@ -78,7 +85,7 @@ def quantize_block_fp8(w: torch.Tensor, block: int = BLOCK):
     padded[:n, :k] = w.float()
     tiles = padded.reshape(nb, block, kb, block)
     amax = tiles.abs().amax(dim=(1, 3)).clamp_min(AMAX_FLOOR)
-    scale = amax / FP8_MAX
+    scale = _fp32_div(amax, FP8_MAX)
     q = (tiles / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
     return q.reshape(nb * block, kb * block)[:n, :k].contiguous(), scale.contiguous()
 
