@@ -363,7 +363,7 @@ def common_parser(description: str, default_m: Sequence[int]) -> argparse.Argume
     p = argparse.ArgumentParser(description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="benchmark_set",
-                   help="comma-separated shape names or sets (%s)" % ", ".join(SHAPE_SETS))
+                   help="comma-separated shape names, sets (%s) or NxK" % ", ".join(SHAPE_SETS))
     p.add_argument("--m", default=",".join(map(str, default_m)), help="comma-separated M values")
     p.add_argument("--json", type=Path, help="JSON path (default benchmarks/results/<script>.json)")
     p.add_argument("--plot", type=Path, help="PNG output (default benchmarks/results/<script>.png)")
@@ -400,10 +400,16 @@ def resolve_shapes(spec: str, quick: bool = False) -> list[shapes.WeightShape]:
         if not tok:
             continue
         found = SHAPE_SETS.get(tok.lower().replace("-", "_"))
+        n_k = tok.lower().split("x")
         try:
-            picked = list(found) if found is not None else [shapes.by_name(tok)]
+            if found is not None:
+                picked = list(found)
+            elif len(n_k) == 2 and all(v.isdigit() and int(v) > 0 for v in n_k):  # a sweep's "NxK"
+                picked = [shapes.WeightShape(tok.lower(), int(n_k[0]), int(n_k[1]))]
+            else:
+                picked = [shapes.by_name(tok)]
         except KeyError:
-            raise SystemExit(f"unknown shape or set {tok!r}; sets: {', '.join(SHAPE_SETS)}")
+            raise SystemExit(f"unknown shape or set {tok!r}; sets: {', '.join(SHAPE_SETS)}, or NxK")
         out.extend(s for s in picked if s not in out)
     return out
 

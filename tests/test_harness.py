@@ -193,8 +193,10 @@ def test_shape_and_m_parsing():
     assert len(harness.resolve_shapes("benchmark_set", quick=True)) == len(harness.QUICK_SHAPES)
     assert harness.parse_m("1,2, 4") == [1, 2, 4]
     assert bench_quant.k_values("K=4096,7168,qwen3-8b.down", False) == [4096, 7168, 12288]
-    with pytest.raises(SystemExit):
-        harness.resolve_shapes("nope")
+    assert harness.resolve_shapes("7168x12288") == [shapes.WeightShape("7168x12288", 7168, 12288)]
+    for bad in ("nope", "7168x", "0x128", "7168x12288x2"):
+        with pytest.raises(SystemExit):
+            harness.resolve_shapes(bad)
 
 
 def test_dry_run_prints_table_last_then_geomeans(tmp_path, capsys):
