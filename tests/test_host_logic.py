@@ -93,6 +93,21 @@ def test_launch_mode_switch_round_trips_and_rejects_unknown_modes():
         ops.set_sm90_pdl(start)
 
 
+@pytest.mark.skipif("9.0a" not in ops.build_info()["archs"], reason="the SM90 GEMM is not in this build")
+def test_launch_mode_1_launches_programmatically_only_at_short_k():
+    """Mode 1 stops at K = 4096 (ops.cpp kPdlMaxK: past it an early launch cost long-K GEMMs up to 1.25x);
+    mode gemm launches so at every K, mode 0 nowhere."""
+    start = ops.set_sm90_pdl("1")
+    try:
+        want = {"1": (True, True, False), "gemm": (True, True, True), "0": (False, False, False)}
+        for mode, expected in want.items():
+            ops.set_sm90_pdl(mode)
+            got = tuple(ops.gemm_k_plan(-1, 128, 7168, k, 132)["pdl"] for k in (128, 4096, 4224))
+            assert got == expected, (mode, got)
+    finally:
+        ops.set_sm90_pdl(start)
+
+
 # (m, n, width) at 132 SMs: the 64-token-tile row's width rule (sm90_tok64_fitn.cu, tile_n). At M = 128 it
 # picks DeepGEMM's own widths (gemm/NOTES.md fourteenth session: 64x32 / 64x64 / 64x80 / 64x96 tiles).
 TOK64_WIDTHS_AT_132_SMS = [

@@ -99,12 +99,12 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // and 128x64 _slicek rows), else N CUTLASS split-K partial tiles, those added in arrival order, as are
 // the stream-K partial tiles of every stream-K row (the swap-AB rows and the 128x128 _sk row).
 // BLOCKFP8_SM90_PDL (0 | 1 | gemm, default 0): 1 launches the GEMM (and its K-slice sum) with programmatic
-// dependent launch and lets the quantizer trigger it at its start; gemm launches them so but without the
-// quantizer's trigger (the GEMM then launches as the quantizer's CTAs exit); 0, plain stream order. Off by
-// default: on the H200 `1` took 0.95x the full linear's time at M = 32..256 but up to 1.14x at one layer
-// (gemm/NOTES.md twelfth session). The results are the same bit for bit. Unlike the other switches it can
-// be changed after the first call (op set_sm90_pdl), so a benchmark can capture both launch modes in one
-// process and time them interleaved; a captured graph keeps the mode it was captured in.
+// dependent launch where K <= kPdlMaxK and lets the quantizer trigger it at its start there; gemm launches
+// them so at every K but without the quantizer's trigger (the GEMM then launches as the quantizer's CTAs
+// exit); 0, plain stream order. The results are the same bit for bit. Unlike the other switches it can be
+// changed after the first call (op set_sm90_pdl), so a benchmark can capture the modes in one process and
+// time them interleaved; a captured graph keeps the mode it was captured in. Why the K bound and why off by
+// default: gemm/NOTES.md, twentieth session.
 // BLOCKFP8_SM90_TILE_N (16, 32, ..., 128): the 64-token-tile row's weight-tile width in place of its rule.
 struct Sm90Switches {
   bool order_from_env = false;
@@ -121,6 +121,12 @@ int parse_pdl_mode(const std::string& v) {
   return v == "1" ? kPdlQuantTriggers : v == "gemm" ? kPdlGemmOnly : v == "0" ? kPdlOff : -1;
 }
 
+// Mode 1's bound. Launched early, the GEMM's CTAs take SMs in the order the quantizer's CTAs leave them,
+// not spread as a fresh launch spreads them, and the replays then vary (H200: 3-5x the spread). That costs a
+// bandwidth-bound GEMM in proportion to its K walk, up to 1.25x at K = 16384, while the early launch saves a
+// fixed ~1 us; at K <= 4096 it took 0.94x the full linear's time at M = 32..256, no point slower.
+constexpr int64_t kPdlMaxK = 4096;
+
 const char* pdl_mode_name(int mode) { return mode == kPdlQuantTriggers ? "1" : mode == kPdlGemmOnly ? "gemm" : "0"; }
 
 // Atomic: a benchmark thread may switch it while another launches (a torn read would only pick a mode).
@@ -131,6 +137,16 @@ std::atomic<int>& sm90_pdl_mode() {
     return m < 0 ? kPdlOff : m;  // ops.py rejects other values at import
   }());
   return mode;
+}
+
+// Whether a GEMM (or the quantizer before it) over this K launches programmatically (triggers the GEMM).
+bool pdl_launch(int64_t k) {
+  const int mode = sm90_pdl_mode().load(std::memory_order_relaxed);
+  return mode == kPdlGemmOnly || (mode == kPdlQuantTriggers && k <= kPdlMaxK);
+}
+
+bool quant_triggers(int64_t k) {
+  return sm90_pdl_mode().load(std::memory_order_relaxed) == kPdlQuantTriggers && k <= kPdlMaxK;
 }
 
 const Sm90Switches& sm90_env_switches() {
@@ -164,7 +180,7 @@ void apply_sm90_switches(gemm::Problem& p) {
   }
   p.splits = env.splits;
   p.nondeterministic_reduction = env.nondeterministic_reduction;
-  p.pdl = sm90_pdl_mode().load(std::memory_order_relaxed) != kPdlOff;
+  p.pdl = pdl_launch(p.k);
   p.tile_n = env.tile_n;
 }
 #endif
@@ -233,7 +249,7 @@ std::tuple<Tensor, Tensor> quantize(const Tensor& x_in, int64_t row, const Devic
   p.s = static_cast<float*>(s_buf.data_ptr());
   p.m = m, p.k = k, p.x_stride = x.stride(0), p.s_ld = m4;
   p.bf16 = x.scalar_type() == ScalarType::BFloat16;
-  p.trigger_dependents = sm90_pdl_mode().load(std::memory_order_relaxed) == kPdlQuantTriggers;
+  p.trigger_dependents = quant_triggers(k);
   int i = int(row);
   if (i < 0) {
     i = quant::select(p);
@@ -512,7 +528,8 @@ std::string op_gemm_k_plan(int64_t row, int64_t m, int64_t n, int64_t k, int64_t
   // memset node before the GEMM).
   return std::string("{\"row\": \"") + gemm::row(int(row)).name + "\", \"plan\": \"" + what + "\", \"order\": \"" +
          raster + ":" + std::to_string(plan.swizzle) + "\", \"workspace_bytes\": " +
-         std::to_string(gemm::workspace_bytes(int(row), p)) + ", \"tile_n\": " + std::to_string(plan.tile_n) + "}";
+         std::to_string(gemm::workspace_bytes(int(row), p)) + ", \"tile_n\": " + std::to_string(plan.tile_n) +
+         ", \"pdl\": " + (p.pdl ? "true" : "false") + "}";
 #else
   (void)row, (void)m, (void)n, (void)k, (void)sm_count;
   return std::string();
