@@ -315,7 +315,8 @@ def test_cuda_graph_replay(row, m):
 
 def _reads_what_was_just_written(row):
     """The GEMM must read the output of the kernel just ahead of it on the stream, also where it is
-    launched programmatically (BLOCKFP8_SM90_PDL=1: it may start before that kernel ends). Eagerly, a
+    launched programmatically (BLOCKFP8_SM90_PDL=1, the default, at this K: it may start before that
+    kernel ends). Eagerly, a
     copy kernel overwrites the activations right before each call (alternating two inputs); in a
     captured graph the quantizer writes them right before the GEMM, its outputs NaN-poisoned before
     every replay. A read ahead of the writer gives the other input's product or NaN."""
@@ -358,7 +359,8 @@ def _reads_what_was_just_written(row):
 
 @pytest.mark.parametrize("row", ROWS)
 def test_reads_what_the_kernel_before_it_just_wrote(row):
-    """In this process's launch mode (plain stream order unless BLOCKFP8_SM90_PDL is set)."""
+    """In this process's launch mode (mode 1, programmatic with the quantizer's early trigger, unless
+    BLOCKFP8_SM90_PDL says otherwise)."""
     _reads_what_was_just_written(row)
 
 
@@ -372,11 +374,12 @@ def _child(code: str, env: dict, *args: str) -> None:
                    timeout=600, cwd=str(here))
 
 
-def test_programmatic_launch_reads_what_the_kernel_before_it_just_wrote():
-    """The same under BLOCKFP8_SM90_PDL=1 (every row launched programmatically, the quantizer
-    triggering the GEMM at its start), in a child process."""
+@pytest.mark.parametrize("mode", ("1", "gemm"))
+def test_programmatic_launch_reads_what_the_kernel_before_it_just_wrote(mode):
+    """The same with the mode given by BLOCKFP8_SM90_PDL in a child process (the variable's path):
+    1 (the default, set explicitly) and gemm (every row launched programmatically, no early trigger)."""
     _child("import test_gemm\nfor row in test_gemm.ROWS:\n    test_gemm._reads_what_was_just_written(row)\n",
-           {"BLOCKFP8_SM90_PDL": "1"})
+           {"BLOCKFP8_SM90_PDL": mode})
 
 
 @pytest.mark.parametrize("mode", ("1", "gemm"))
@@ -421,12 +424,17 @@ def test_launch_mode_switched_in_process_changes_no_bits(mode):
 
 
 def test_programmatic_launch_changes_no_bits(tmp_path):
-    """BLOCKFP8_SM90_PDL=1 (in a child process) gives the same bits as plain stream order, for every row."""
+    """BLOCKFP8_SM90_PDL=0 (plain stream order, in a child process) gives the same bits as mode 1 (the
+    default: programmatic launch at this K), for every row."""
     m, n, k = 83, 576, 2048
     a, a_scale, b, b_scale = _operands(m, n, k, seed=25)
     torch.save({"a": a.view(torch.uint8).cpu(), "a_scale": a_scale.cpu(), "b": b.view(torch.uint8).cpu(),
                 "b_scale": b_scale.cpu()}, tmp_path / "in.pt")
-    mine = {row: ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row).cpu() for row in ROWS}
+    was = ops.set_sm90_pdl("1")
+    try:
+        mine = {row: ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row).cpu() for row in ROWS}
+    finally:
+        ops.set_sm90_pdl(was)
     child = (
         "import sys, torch\n"
         "from vllm_blockfp8 import ops, reference\n"
@@ -437,7 +445,7 @@ def test_programmatic_launch_changes_no_bits(tmp_path):
         "out = {r['name']: ops.blockfp8_gemm(a, s, b, d['b_scale'].cuda(), torch.bfloat16, row=r['name']).cpu()\n"
         "       for r in ops.tile_table('gemm')}\n"
         "torch.save(out, sys.argv[2])\n")
-    _child(child, {"BLOCKFP8_SM90_PDL": "1"}, str(tmp_path / "in.pt"), str(tmp_path / "out.pt"))
+    _child(child, {"BLOCKFP8_SM90_PDL": "0"}, str(tmp_path / "in.pt"), str(tmp_path / "out.pt"))
     theirs = torch.load(tmp_path / "out.pt")
     assert sorted(theirs) == sorted(mine)
     for row in ROWS:

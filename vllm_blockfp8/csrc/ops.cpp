@@ -98,13 +98,14 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // wherever the row would not take stream-K, N K slices where N divides the K blocks (the 128x32
 // and 128x64 _slicek rows), else N CUTLASS split-K partial tiles, those added in arrival order, as are
 // the stream-K partial tiles of every stream-K row (the swap-AB rows and the 128x128 _sk row).
-// BLOCKFP8_SM90_PDL (0 | 1 | gemm, default 0): 1 launches the GEMM (and its K-slice sum) with programmatic
+// BLOCKFP8_SM90_PDL (0 | 1 | gemm, default 1): 1 launches the GEMM (and its K-slice sum) with programmatic
 // dependent launch where K <= kPdlMaxK and lets the quantizer trigger it at its start there; gemm launches
 // them so at every K but without the quantizer's trigger (the GEMM then launches as the quantizer's CTAs
 // exit); 0, plain stream order. The results are the same bit for bit. Unlike the other switches it can be
 // changed after the first call (op set_sm90_pdl), so a benchmark can capture the modes in one process and
-// time them interleaved; a captured graph keeps the mode it was captured in. Why the K bound and why off by
-// default: gemm/NOTES.md, twentieth session.
+// time them interleaved; a captured graph keeps the mode it was captured in. Why the K bound and why 1 is the
+// default (H200: 0.968x the full linear's time at M = 32..256, 0.991x at 1024..8192, no point above 1.03):
+// gemm/NOTES.md, twentieth session.
 // BLOCKFP8_SM90_TILE_N (16, 32, ..., 128): the 64-token-tile row's weight-tile width in place of its rule.
 struct Sm90Switches {
   bool order_from_env = false;
@@ -124,7 +125,8 @@ int parse_pdl_mode(const std::string& v) {
 // Mode 1's bound. Launched early, the GEMM's CTAs take SMs in the order the quantizer's CTAs leave them,
 // not spread as a fresh launch spreads them, and the replays then vary (H200: 3-5x the spread). That costs a
 // bandwidth-bound GEMM in proportion to its K walk, up to 1.25x at K = 16384, while the early launch saves a
-// fixed ~1 us; at K <= 4096 it took 0.94x the full linear's time at M = 32..256, no point slower.
+// fixed ~1 us; at K <= 4096 it took 0.94-0.95x the full linear's time at M = 32..256 (benchmark set and 17
+// held-out layers), no point above 1.02.
 constexpr int64_t kPdlMaxK = 4096;
 
 const char* pdl_mode_name(int mode) { return mode == kPdlQuantTriggers ? "1" : mode == kPdlGemmOnly ? "gemm" : "0"; }
@@ -133,8 +135,8 @@ const char* pdl_mode_name(int mode) { return mode == kPdlQuantTriggers ? "1" : m
 std::atomic<int>& sm90_pdl_mode() {
   static std::atomic<int> mode([] {
     const char* v = std::getenv("BLOCKFP8_SM90_PDL");
-    const int m = v && *v ? parse_pdl_mode(v) : kPdlOff;
-    return m < 0 ? kPdlOff : m;  // ops.py rejects other values at import
+    const int m = v && *v ? parse_pdl_mode(v) : kPdlQuantTriggers;
+    return m < 0 ? kPdlQuantTriggers : m;  // ops.py rejects other values at import
   }());
   return mode;
 }

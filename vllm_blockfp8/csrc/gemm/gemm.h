@@ -51,7 +51,7 @@ struct Problem {
   // Benchmark switch BLOCKFP8_SM90_TILE_N (ops.cpp): the weight-tile width of the 64-token-tile row
   // (sm90_tok64.h's kTileWidths) in place of its per-problem rule; 0 = the rule.
   int tile_n = 0;
-  // Programmatic dependent launch (ops.cpp: BLOCKFP8_SM90_PDL=1 or gemm; off by default): the GEMM may launch
+  // Programmatic dependent launch (ops.cpp: BLOCKFP8_SM90_PDL, by default where K <= 4096): the GEMM may launch
   // before the previous kernel on the stream ends (where that kernel triggers it, as the quantizer
   // does); its CTAs set up (barriers, descriptors) and wait in griddepcontrol.wait before their first
   // global read (sm90_kernel.cuh).
