@@ -108,6 +108,29 @@ def report(base: str, table) -> list[str]:
     return lines
 
 
+def plot(table, base: str, path: Path, title: str = "candidate vs base, geomean of both run orders per point") -> None:
+    """Per-point ratios by M, one series per candidate."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    all_ms = sorted({m for by_m in table.values() for m in by_m})
+    for j, (row, by_m) in enumerate(table.items()):
+        ms = sorted(by_m)
+        offset = (j - (len(table) - 1) / 2) * 0.12
+        xs = [all_ms.index(m) + offset for m in ms for _ in by_m[m]]
+        ys = [x for m in ms for _, x in by_m[m]]
+        ax.scatter(xs, ys, s=12, label=f"{row} ({geomean(ys):.3f})")
+    ax.set_xticks(range(len(all_ms)), [str(m) for m in all_ms])
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xlabel("M")
+    ax.set_ylabel(f"time / {base}")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_png(fig, path, dpi=90)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("base", help="the base row; with --settings, a name for the base setting")
@@ -130,6 +153,8 @@ def main(argv=None) -> int:
         if a.out:
             dump_json({"base": a.base, "impls": [str(r) for r in a.runs],
                        "ratios": {k: {str(m): v for m, v in by_m.items()} for k, by_m in table.items()}}, a.out)
+        if a.plot:
+            plot(table, a.base, a.plot, "two impls of one run, geomean over the runs per point")
         return 0
     if len(a.runs) % 2:
         ap.error("give the JSON files in (a, b) pairs, one pair per ab_gemm spec")
@@ -167,25 +192,7 @@ def main(argv=None) -> int:
             for p, (h, t) in zip(a.runs, loaded)]}
         dump_json(merged, a.out)
     if a.plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        all_ms = sorted({m for by_m in table.values() for m in by_m})
-        for j, (row, by_m) in enumerate(table.items()):
-            ms = sorted(by_m)
-            offset = (j - (len(table) - 1) / 2) * 0.12
-            xs = [all_ms.index(m) + offset for m in ms for _ in by_m[m]]
-            ys = [x for m in ms for _, x in by_m[m]]
-            ax.scatter(xs, ys, s=12, label=f"{row} ({geomean(ys):.3f})")
-        ax.set_xticks(range(len(all_ms)), [str(m) for m in all_ms])
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_xlabel("M")
-        ax.set_ylabel(f"time / {a.base}")
-        ax.set_title("candidate vs base, geomean of both run orders per point")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        save_png(fig, a.plot, dpi=90)
+        plot(table, a.base, a.plot)
     return 0
 
 
