@@ -12,12 +12,13 @@ activations and their scales; full-linear floors count 16-bit activations.
   python -m benchmarks.bench_gemm --dry-run               # no GPU: fake timings
 
 --pdl MODES adds ours under each SM90 launch mode named (BLOCKFP8_SM90_PDL's values, set per capture
-with ops.set_sm90_pdl) as impl "ours@pdl=MODE"; "ours" keeps the process's mode. tools/ab_compare.py
-selected reads them as rows against "ours".
+with ops.sm90_pdl) as impl "ours@pdl=MODE"; "ours" keeps the process's mode. tools/ab_compare.py
+--impls compares them with "ours" (or selected reads them as rows against it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from vllm_blockfp8 import shapes
@@ -28,13 +29,8 @@ SCRIPT = "bench_gemm"
 
 
 def _in_launch_mode(ops, mode, fn):
-    if ops is None:  # dry run
+    with contextlib.nullcontext() if ops is None else ops.sm90_pdl(mode):  # ops is None in a dry run
         return fn()
-    was = ops.set_sm90_pdl(mode)
-    try:
-        return fn()
-    finally:
-        ops.set_sm90_pdl(was)
 
 
 def _pdl_modes(spec: str) -> list[str]:

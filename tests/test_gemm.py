@@ -396,10 +396,9 @@ def test_launch_mode_switched_in_process_changes_no_bits(mode):
         outs["linear"] = ops.blockfp8_linear(x, b, b_scale)
         return outs
 
-    was = ops.set_sm90_pdl("0")
-    try:
+    with ops.sm90_pdl("0"):
         plain = run_all()
-        ops.set_sm90_pdl(mode)
+    with ops.sm90_pdl(mode):
         eager = run_all()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -409,8 +408,6 @@ def test_launch_mode_switched_in_process_changes_no_bits(mode):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             captured = run_all()
-    finally:
-        ops.set_sm90_pdl(was)
     for out in captured.values():
         out.fill_(float("nan"))
     graph.replay()
@@ -430,11 +427,8 @@ def test_programmatic_launch_changes_no_bits(tmp_path):
     a, a_scale, b, b_scale = _operands(m, n, k, seed=25)
     torch.save({"a": a.view(torch.uint8).cpu(), "a_scale": a_scale.cpu(), "b": b.view(torch.uint8).cpu(),
                 "b_scale": b_scale.cpu()}, tmp_path / "in.pt")
-    was = ops.set_sm90_pdl("1")
-    try:
+    with ops.sm90_pdl("1"):
         mine = {row: ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row).cpu() for row in ROWS}
-    finally:
-        ops.set_sm90_pdl(was)
     child = (
         "import sys, torch\n"
         "from vllm_blockfp8 import ops, reference\n"

@@ -12,6 +12,7 @@ pick from its tile table, an int or a row name forces a row (tests, benchmarks).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -399,6 +400,16 @@ def set_sm90_pdl(mode: str) -> str:
     allowed = SM90_ENV_SWITCHES["BLOCKFP8_SM90_PDL"]
     _need(mode in allowed, f"set_sm90_pdl: mode must be one of {', '.join(allowed)}, got {mode!r}")
     return torch.ops.blockfp8.set_sm90_pdl(mode)
+
+
+@contextlib.contextmanager
+def sm90_pdl(mode: str):
+    """``set_sm90_pdl(mode)`` for the calls (or the graph capture) inside the block, then the mode before it."""
+    was = set_sm90_pdl(mode)
+    try:
+        yield
+    finally:
+        set_sm90_pdl(was)
 
 
 def build_info() -> dict:
