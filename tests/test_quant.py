@@ -221,7 +221,8 @@ def test_quant_opcheck_forced_row(row):
 def test_reference_gives_the_same_bits_on_cuda_and_cpu():
     """The reference is the contract on any device: on CUDA torch divides by a Python number through
     its rounded reciprocal, which moved about half the scales by one ulp and some values by one FP8
-    step (a GEMM test saw a 4.6% error at one element), so the reference divides by a tensor."""
+    step (a GEMM test saw a 4.6% error at one element), so the reference divides by a tensor (the NVFP4
+    quantizer as well: its / 2688 and / 6 had the same rounding)."""
     x = _input(256, 4096, torch.bfloat16, seed=31)
     q, s = reference.quantize_per_token_group(x.cuda(), G)
     rq, rs = reference.quantize_per_token_group(x, G)
@@ -230,3 +231,7 @@ def test_reference_gives_the_same_bits_on_cuda_and_cpu():
     wq, ws = reference.quantize_block_fp8(w.cuda())
     rwq, rws = reference.quantize_block_fp8(w)
     assert reference.first_mismatch(wq.cpu(), rwq) is None and reference.first_mismatch(ws.cpu(), rws) is None
+    packed, nv_scale, global_scale = reference.quantize_nvfp4(w.cuda())
+    rpacked, rnv_scale, rglobal_scale = reference.quantize_nvfp4(w)
+    assert reference.first_mismatch(global_scale.cpu(), rglobal_scale) is None
+    assert reference.first_mismatch(nv_scale.cpu(), rnv_scale) is None and reference.first_mismatch(packed.cpu(), rpacked) is None

@@ -141,10 +141,10 @@ def quantize_nvfp4(w: torch.Tensor):
         raise ValueError(f"w must be [N, K] with K % 32 == 0, got {tuple(w.shape)}")
     n, k = w.shape
     wf = w.float()
-    global_scale = (wf.abs().amax().clamp_min(AMAX_FLOOR) / (FP4_MAX * FP8_MAX)).to(torch.float32)
+    global_scale = _fp32_div(wf.abs().amax().clamp_min(AMAX_FLOOR), FP4_MAX * FP8_MAX).to(torch.float32)
     groups = wf.reshape(n, k // NVFP4_GROUP, NVFP4_GROUP)
     amax = groups.abs().amax(dim=-1)
-    scale = (amax / FP4_MAX / global_scale).clamp(max=FP8_MAX).to(FP8_DTYPE)
+    scale = (_fp32_div(amax, FP4_MAX) / global_scale).clamp(max=FP8_MAX).to(FP8_DTYPE)
     denom = scale.float() * global_scale
     denom = torch.where(denom > 0, denom, torch.ones_like(denom))
     codes = _e2m1_codes(groups / denom.unsqueeze(-1)).reshape(n, k)
