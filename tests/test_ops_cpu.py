@@ -51,6 +51,18 @@ def assert_bits_equal(got, want, what):
     assert bad is None, f"{what}: first mismatch at {bad}"
 
 
+def test_first_mismatch_finds_a_difference_in_any_rank():
+    """The bit-exact checks' helper: a coordinate (or [] for a 0-dim tensor, e.g. NVFP4's global scale)
+    where the bits differ, None only where none does; -0.0 and 0.0 differ."""
+    a = torch.zeros(3, 4)
+    assert reference.first_mismatch(a, a.clone()) is None
+    b = a.clone()
+    b[2, 1] = -0.0
+    assert reference.first_mismatch(a, b) == [2, 1]
+    assert reference.first_mismatch(torch.tensor(1.5), torch.tensor(1.5)) is None
+    assert reference.first_mismatch(torch.tensor(1.5), torch.tensor(1.25)) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # per_token_group_quant
 # ---------------------------------------------------------------------------------------------

@@ -257,7 +257,10 @@ def first_mismatch(a: torch.Tensor, b: torch.Tensor):
         t = t.detach().cpu().contiguous()
         return t.view(bits[t.element_size()]) if t.is_floating_point() else t
 
-    diff = (raw(a) != raw(b)).nonzero()
+    differs = raw(a) != raw(b)
+    if differs.dim() == 0:  # a 0-dim tensor has no coordinate: [] says it differs
+        return [] if differs.item() else None
+    diff = differs.nonzero()
     return None if diff.numel() == 0 else [int(i) for i in diff[0]]
 
 
