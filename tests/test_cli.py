@@ -183,7 +183,9 @@ def test_demo_passes_arguments_through(monkeypatch, tmp_path):
     fake.main = lambda args: seen.append(args) or 0
     monkeypatch.setitem(sys.modules, "vllm_blockfp8.demo", fake)
     monkeypatch.setattr(vllm_blockfp8, "demo", fake, raising=False)
-    assert cli.main(["demo", "--model-dir", str(tmp_path), "--keep", "--max-tokens", "7"]) == 0
+    assert cli.main(["demo", "--model-dir", str(tmp_path), "--keep", "--max-tokens", "7",
+                     "--attention-backend", "TRITON_ATTN"]) == 0
     assert cli.main(["demo"]) == 0
     assert (seen[0].model_dir, seen[0].keep, seen[0].max_tokens) == (tmp_path, True, 7)
-    assert (seen[1].model_dir, seen[1].keep) == (None, False)
+    assert seen[0].attention_backend == "TRITON_ATTN"
+    assert (seen[1].model_dir, seen[1].keep, seen[1].attention_backend) == (None, False, None)

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model-dir", type=Path, default=None, help="where the demo model lives (default: a temp dir)")
     d.add_argument("--keep", action="store_true", help="keep the files the demo writes")
     d.add_argument("--max-tokens", type=int, default=32, help="tokens to generate (default 32)")
+    d.add_argument("--attention-backend", default=None, metavar="NAME",
+                   help="vLLM attention backend, e.g. TRITON_ATTN where vLLM's FlashAttention build is missing "
+                        "(default: vLLM's choice)")
     d.set_defaults(func=_cmd_demo)
     return parser
 

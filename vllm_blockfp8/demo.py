@@ -99,12 +99,14 @@ def gpu_unsupported_reason() -> str | None:
     return None
 
 
-def run_vllm(model_dir: Path, max_tokens: int) -> None:
+def run_vllm(model_dir: Path, max_tokens: int, attention_backend: str | None = None) -> None:
     os.environ.setdefault("BLOCKFP8_LOG_ROWS", "1")
     from vllm import LLM, SamplingParams
 
+    # The backend only where asked: vLLM's own choice otherwise (its argument name is vLLM's).
+    backend = {"attention_backend": attention_backend} if attention_backend else {}
     llm = LLM(model=str(model_dir), quantization="blockfp8", skip_tokenizer_init=True, max_model_len=512,
-              gpu_memory_utilization=0.3, seed=0, enforce_eager=False)
+              gpu_memory_utilization=0.3, seed=0, enforce_eager=False, **backend)
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, detokenize=False)
     outputs = llm.generate([{"prompt_token_ids": list(p)} for p in PROMPTS], params)
     for prompt, out in zip(PROMPTS, outputs):
@@ -134,6 +136,7 @@ def main(args=None) -> int:
     model_dir = getattr(args, "model_dir", None)
     keep = bool(getattr(args, "keep", False))
     max_tokens = int(getattr(args, "max_tokens", None) or 16)
+    attention_backend = getattr(args, "attention_backend", None)
     reason = gpu_unsupported_reason()
     if reason is not None:
         print(f"blockfp8 demo: {reason}, so vLLM is not started; running every layer shape of the demo "
@@ -144,7 +147,7 @@ def main(args=None) -> int:
     try:
         write_checkpoint(workdir)
         print(f"blockfp8 demo: wrote a random-weight block-FP8 Qwen3 checkpoint to {workdir}")
-        run_vllm(workdir, max_tokens)
+        run_vllm(workdir, max_tokens, attention_backend)
     finally:
         if not keep and not model_dir:
             shutil.rmtree(workdir, ignore_errors=True)
