@@ -29,8 +29,7 @@
 #   host_overhead tools/host_overhead.py: host vs GPU time per eager linear call (prefill chunks run
 #                outside CUDA graphs in vLLM)
 #   ncu          Nsight Compute sections for the launches in NCU_SPECS (tools/ncu_rows.py specs)
-#   demo         python -m vllm_blockfp8 demo --attention-backend TRITON_ATTN (needs the offline vLLM bundle
-#                unpacked and sourced; the carried kit has no FlashAttention binary)
+#   demo         python -m vllm_blockfp8 demo (needs the offline vLLM bundle unpacked and sourced)
 #   quick, memcheck                                                          short variants
 # BUDGET_S=N caps the whole call (stage caps shrink so that the logs still get packed).
 # The device's copy of the tree has no .git: start the command with
@@ -99,7 +98,7 @@ for s in "$@"; do
     sanitize) stage memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tools/sanitize_rows.py
               stage racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 python3 tools/sanitize_rows.py ;;
     build) ;;  # always done above; accepted so `h200_check.sh build` reads naturally
-    demo) stage demo 240 python3 -m vllm_blockfp8 demo --attention-backend TRITON_ATTN ;;
+    demo) stage demo 240 python3 -m vllm_blockfp8 demo ;;
     memcheck) stage memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tools/sanitize_rows.py ;;
     bench_quant) stage bench_quant 90 python3 -m benchmarks.bench_quant --rows ;;  # peers + every quant row
     quick) stage bench_gemv_quick 150 python3 -m benchmarks.bench_gemv --quick \

@@ -9,7 +9,7 @@
 # Stages (cap in seconds; override with CAP_<stage>=N):
 #   (always)       -    append the SmolLM2 chunks this call carried (.vs/smol.part-NN)
 #   prep           -    only make the models the other stages need (each step capped at 300 s)
-#   demo           300  python -m vllm_blockfp8 demo --attention-backend TRITON_ATTN
+#   demo           300  python -m vllm_blockfp8 demo
 #   serve_smoke    300  vk_tools/serve_smoke.py on a 4-layer Qwen3-8B-shaped block-FP8 checkpoint
 #   fidelity       420  evals.fidelity on SmolLM2-135M (needs the SmolLM2 archive unpacked)
 #   fidelity_q3    420  evals.fidelity on the 4-layer Qwen3-8B-shaped random model
@@ -249,7 +249,7 @@ for stage in "$@"; do
   case $stage in
     prep)
       need_q3 "$Q3" "$LAYERS"; need_q3 "$Q3S" 4; need_smol ;;
-    demo) step demo "$(cap demo 300)" "$PY" -m vllm_blockfp8 demo --attention-backend TRITON_ATTN ;;
+    demo) step demo "$(cap demo 300)" "$PY" -m vllm_blockfp8 demo ;;
     serve_smoke)
       need_q3 "$Q3S" 4 && step serve_smoke "$(cap serve_smoke 300)" "$PY" /tmp/vk_tools/serve_smoke.py \
         "$Q3S/fp8block" --attention-backend TRITON_ATTN --quantization blockfp8 ;;
