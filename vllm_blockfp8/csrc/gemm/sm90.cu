@@ -9,7 +9,7 @@
 // one file per row of the table below (the `_ovl` rows run our own consumer loop on that collective:
 // sm90_overlap_mainloop.cuh); the `sm90_tok64_fitn` row is a kernel of our own (sm90_tok64_fitn.cu:
 // 64-token tiles, a weight-tile width per problem). A row may carry a selection precondition (mostly the
-// 64-row rows: their tiles fill one wave; the tok64 row: 96 tiles up to one wave, 32-96 wide, M = 65..128;
+// 64-row rows: their tiles fill one wave, or at M = 112..128 the 128x64 row leaves a thin second wave; the tok64 row: 96 tiles up to one wave, 32-96 wide, M = 65..128;
 // the 128x32 row above M = 48: few 64-row tiles; the `_slicek` row: its slices fire; the 128x64 rows above
 // M = 128: no more waves than the 128x128 row; the `_persistent` 128x64 row: the plain one would run K whole;
 // the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles:
@@ -53,8 +53,9 @@ using sm90::tile_count;
 using sm90::waves;
 
 constexpr Sm90Row make_tok64_row(const char* name, int64_t max_m, const char* reason,
-                                 bool (*prefers)(const Problem&) = nullptr) {
-  return {{name, max_m, reason}, &sm90::tok64::launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
+                                 bool (*prefers)(const Problem&) = nullptr,
+                                 cudaError_t (*launch)(const Problem&, cudaStream_t) = &sm90::tok64::launch) {
+  return {{name, max_m, reason}, launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
 }
 
 constexpr int64_t kSmallRowsMaxM = 64;  // the 64x32 and 128x32 rows' bound
@@ -110,17 +111,30 @@ bool prefers_tok64(const Problem& p) {
   return width >= kTok64MinWidth && width <= kTok64MaxWidth && tiles >= kTok64MinTiles && tiles <= p.sm_count;
 }
 
-// Selection precondition of the 64x64 ping-pong row (M in (64, 256]): one wave as above, and only where
-// the 128x64 row would run each tile's K whole. Where that row splits K (CUTLASS split-K or stream-K on
-// long K) the split beat twice the tiles (gemm/NOTES.md seventh session, 20 points).
+// Selection precondition of the 64x64 ping-pong row (M in (64, 256]): only where the 128x64 row would run
+// each tile's K whole (where that row splits K, CUTLASS split-K or stream-K on long K, the split beat twice
+// the tiles: gemm/NOTES.md seventh session, 20 points), and there either
+// - its 64-row tiles fill one wave, or
+// - M = 112..128 and the 128x64 row's tiles need exactly two waves, the second at most 40% full (N = 8449..11776
+//   on 132 SMs): the finer tiles waste less of the thin second wave. 0.897-0.930x the 128x64 row's time at all
+//   20 such points of the fit and the first held-out set, 0.90-0.92x (geomean 0.911) at 15 fresh held-out ones
+//   (gemm/NOTES.md twenty-first and twenty-second sessions, E20b). At M = 100 it lost (1.01-1.05x), at M = 104-108
+//   it took ~0.95x, and with three or more waves ~0.99x: none of those is taken.
 // At M <= 64 the rows above leave it only the layers where the 64x32 row's tiles exceed one wave
 // other than at 3 waves against 2 (M = 49..64, prefers_64x32, keeps_128x32).
 using Sm90Pingpong64x64 = Config<true, 64, 64, 1, 1, Schedule::kPingpong, Consumer::kOverlap>;
 using Sm90Swap128x64 = Config<true, 128, 64, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap, true>;
+constexpr int64_t kThinSecondWaveMinM = 112, kThinSecondWaveMaxM = 128;
+bool leaves_thin_second_wave(const Problem& p) {
+  if (p.m < kThinSecondWaveMinM || p.m > kThinSecondWaveMaxM) return false;
+  const int64_t second_wave = tile_count<Sm90Swap128x64>(p) - p.sm_count;
+  return second_wave > 0 && 10 * second_wave <= 4 * p.sm_count;
+}
 bool prefers_64x64(const Problem& p) {
   if (p.m <= kSmallRowsMaxM) return true;
   const KPlan base = sm90::plan_config<Sm90Swap128x64>(p);
-  return fills_one_wave<Sm90Pingpong64x64>(p) && !base.stream_k && base.splits == 1 && base.slices == 1;
+  const bool whole_k = !base.stream_k && base.splits == 1 && base.slices == 1;
+  return whole_k && (fills_one_wave<Sm90Pingpong64x64>(p) || leaves_thin_second_wave(p));
 }
 
 // Selection precondition of the 128x64 row with K slices: where its K-slice rule (sm90_kernel.cuh,
@@ -213,7 +227,9 @@ const Sm90Row kRows[] = {
       "block once, not twice as the 128x32 row does (0.76-1.01x its time at 22 fitted points, 0.83-0.95x (geomean "
       "0.91) at 27 held-out ones; tenth session); M in (64, 256] where its 64-row tiles fill one wave and the "
       "128x64 row would run K whole: twice that row's CTAs (0.81-0.87x at 16 held-out points; seventh and eighth "
-      "sessions); our overlapped consumer loop (0.87-0.97x CUTLASS's where selected; tenth session)",
+      "sessions); M = 112..128 where the 128x64 row's tiles leave a second wave at most 40% full: finer tiles in the "
+      "thin wave (0.90-0.92x its time, geomean 0.911, at 15 fresh held-out points; twenty-second session, E20b); "
+      "our overlapped consumer loop (0.87-0.97x CUTLASS's where selected; tenth session)",
       &prefers_64x64),
   make_row<Sm90Swap128x64Sliced>("sm90_swapab_128x64x128_ovl_slicek", kSwapRowsMaxM,
       "M in (64, 256] where its K-slice rule cuts K (mostly in place of CUTLASS's split-K): the row below with its K "
@@ -254,6 +270,11 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
+  make_tok64_row("sm90_tok64_fitn_tmastore", kTok64MaxM,
+      "candidate (forced only): the sm90_tok64_fitn row with its output tile staged in shared memory and written by "
+      "TMA stores (DeepGEMM's epilogue) instead of 4-byte stores from registers, for the row's fixed time per call "
+      "(gemm/NOTES.md twenty-second session, E12)",
+      nullptr, &sm90::tok64::launch_tma_store),
 };
 // clang-format on
 
