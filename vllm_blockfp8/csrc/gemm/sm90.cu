@@ -9,9 +9,10 @@
 // one file per row of the table below (the `_ovl` rows run our own consumer loop on that collective:
 // sm90_overlap_mainloop.cuh); the `sm90_tok64_fitn` row is a kernel of our own (sm90_tok64_fitn.cu:
 // 64-token tiles, a weight-tile width per problem). A row may carry a selection precondition (mostly the
-// 64-row rows: their tiles fill one wave, or at M = 112..128 the 128x64 row leaves a thin second wave; the tok64 row: 96 tiles up to one wave, 32-96 wide, M = 65..128;
-// the 128x32 row above M = 48: few 64-row tiles; the `_slicek` row: its slices fire; the 128x64 rows above
-// M = 128: no more waves than the 128x128 row; the `_persistent` 128x64 row: the plain one would run K whole;
+// 64-row rows: their tiles fill one wave, or at M = 112..128 the 128x64 row leaves a thin second wave; the
+// tok64 row: 96 tiles up to one wave, 32-96 wide, M = 65..128; the 128x32 row above M = 48: few 64-row tiles;
+// the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row; the
+// `_persistent` 128x64 row: the plain one would run K whole;
 // the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles:
 // K <= 3840 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
 // the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
@@ -53,9 +54,8 @@ using sm90::tile_count;
 using sm90::waves;
 
 constexpr Sm90Row make_tok64_row(const char* name, int64_t max_m, const char* reason,
-                                 bool (*prefers)(const Problem&) = nullptr,
-                                 cudaError_t (*launch)(const Problem&, cudaStream_t) = &sm90::tok64::launch) {
-  return {{name, max_m, reason}, launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
+                                 bool (*prefers)(const Problem&) = nullptr) {
+  return {{name, max_m, reason}, &sm90::tok64::launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
 }
 
 constexpr int64_t kSmallRowsMaxM = 64;  // the 64x32 and 128x32 rows' bound
@@ -270,11 +270,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_tok64_row("sm90_tok64_fitn_tmastore", kTok64MaxM,
-      "candidate (forced only): the sm90_tok64_fitn row with its output tile staged in shared memory and written by "
-      "TMA stores (DeepGEMM's epilogue) instead of 4-byte stores from registers, for the row's fixed time per call "
-      "(gemm/NOTES.md twenty-second session, E12)",
-      nullptr, &sm90::tok64::launch_tma_store),
 };
 // clang-format on
 

@@ -19,12 +19,7 @@ inline constexpr int kTokenTile = 64;
 int tile_n(const Problem& p);
 int64_t tile_count(const Problem& p, int tile_n);
 
-// How the output tile is written: kDirect, 4-byte stores from registers (the selected row); kTma, staged in shared
-// memory and written by TMA stores (the forced-only candidate sm90_tok64_fitn_tmastore, E12 in gemm/NOTES.md).
-enum class OutputStore { kDirect, kTma };
-
-cudaError_t launch(const Problem& p, cudaStream_t stream);             // OutputStore::kDirect
-cudaError_t launch_tma_store(const Problem& p, cudaStream_t stream);  // OutputStore::kTma
+cudaError_t launch(const Problem& p, cudaStream_t stream);
 size_t workspace(const Problem& p);  // always 0: K is walked whole, nothing is shared between CTAs
 KPlan plan(const Problem& p);
 

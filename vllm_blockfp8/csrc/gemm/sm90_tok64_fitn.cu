@@ -1,6 +1,5 @@
 // SM90 (sm_90a only) W8A8 block-scaled FP8 GEMM on 64-token tiles with one math warpgroup: tile-table
-// rows sm90_tok64_fitn and (forced-only candidate) sm90_tok64_fitn_tmastore of sm90.cu (bf16 and fp16 out, every
-// width in sm90_tok64.h's kTileWidths).
+// row sm90_tok64_fitn of sm90.cu (bf16 and fp16 out, every width in sm90_tok64.h's kTileWidths).
 //
 //   D[m, n] = sum_kb (A[m, kb-block] . B[n, kb-block]) * SFA[m, kb] * SFB[n / 128, kb]
 //
@@ -13,11 +12,9 @@
 // scales (64 fp32) by TMA (lane 0) into a ring of 9-16 stages; one math warpgroup runs 4 m64nTileNk32 SS
 // wgmma per block into a fresh fragment, drains them, releases the stage (one arrive per warp) and
 // promotes: acc += partial * token scale (2 rows per thread) * weight scale (per 8-column group: the block
-// below or above the 128-row boundary). The K loop is unrolled by the stage count. Epilogue (Store): direct
-// 4-byte stores from registers, masked at M and N (the selected row); or, for the candidate row
-// sm90_tok64_fitn_tmastore, the tile staged in the drained A ring as 16-column boxes (32-byte swizzle: no bank
-// conflicts) and written by TMA stores, clipped at M and N by the tensor map. Non-persistent 1-D grid, a weight
-// tile's token tiles on consecutive CTAs; K walked whole (no split, no workspace).
+// below or above the 128-row boundary). The K loop is unrolled by the stage count. Epilogue: direct 4-byte
+// stores from registers, masked at M and N. Non-persistent 1-D grid, a weight tile's token tiles on
+// consecutive CTAs; K walked whole (no split, no workspace).
 // Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED  // wgmma N = 80 / 112 (the selector's exact shapes)
 
@@ -28,7 +25,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <type_traits>
 
 #include "cute/tensor.hpp"
 #include "cute/arch/copy_sm90_desc.hpp"
@@ -86,11 +82,6 @@ struct Tile {
   using Mma = decltype(make_tiled_mma(SM90::GMMA::ss_op_selector<Fp8, Fp8, float, Shape<_64, Int<TileN>, _32>>()));
 };
 
-// How the output tile leaves the kernel (sm90_tok64.h).
-using Store = OutputStore;
-constexpr int kStoreBoxCols = 16;  // 32 bytes of bf16 / fp16: the widest box the 32-byte swizzle takes
-constexpr int kStoreBoxBytes = kStoreBoxCols * kTokenTile * 2;
-
 struct Params {
   const float* b_scale;  // [ceil(n / 128), k / 128]
   void* d;
@@ -108,14 +99,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// One 2D TMA store of a shared-memory box to global memory (its out-of-bounds part is not written).
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int x, int y) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-               :
-               : "l"(map), "r"(x), "r"(y), "r"(src)
-               : "memory");
-}
-
 template <class Out>
 __device__ __forceinline__ void store_pair(Out* d, float x, float y);
 template <>
@@ -127,11 +110,10 @@ __device__ __forceinline__ void store_pair<__half>(__half* d, float x, float y) 
   *reinterpret_cast<__half2*>(d) = __floats2half2_rn(x, y);
 }
 
-template <int TileN, class Out, int kProbe, Store kStore = Store::kDirect>
+template <int TileN, class Out, int kProbe>
 __global__ void __launch_bounds__(kThreads, 1)
     tok64_gemm(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
-               const __grid_constant__ CUtensorMap a_scale_map, const __grid_constant__ CUtensorMap d_map,
-               const Params p) {
+               const __grid_constant__ CUtensorMap a_scale_map, const Params p) {
   using T = Tile<TileN>;
   constexpr int S = T::kStages;
   constexpr bool kMath = !(kProbe & probe::kNoMath), kLoads = !(kProbe & probe::kNoLoads);
@@ -168,7 +150,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("prefetch.tensormap [%0];" ::"l"(&a_map) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(&b_map) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(&a_scale_map) : "memory");
-    if constexpr (kStore == Store::kTma) asm volatile("prefetch.tensormap [%0];" ::"l"(&d_map) : "memory");
   }
   __syncthreads();
   // Programmatic dependent launch: nothing global is read before the previous kernel's results are
@@ -309,39 +290,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   for (int s = 0; kb < p.k_blocks; ++kb, ++s) block(s, phase, kb);
 
-  if constexpr (kStore == Store::kTma) {
-    // Every TMA load has landed (each full barrier was waited on) and, after this barrier of the math
-    // warpgroup, every wgmma has read its stage: the A ring is free to stage the output. Box j holds columns
-    // 16j..16j+15 as 64 rows of 32 bytes, the 16-byte halves of a row swapped in rows 4-7 of every 8 (the
-    // tensor map's 32-byte swizzle), so one store instruction of a warp (8 rows x 4 lanes) hits 32 banks.
-    asm volatile("bar.sync 1, %0;" ::"n"(kMathThreads) : "memory");
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc); i += 2) {
-      const int r = row + 8 * ((i / 2) % 2);
-      const int c = 8 * (i / 4) + 2 * (lane % 4);
-      const int byte = (r * 32 + (c % kStoreBoxCols) * 2) ^ (((r >> 2) & 1) << 4);
-      store_pair(reinterpret_cast<Out*>(smem_a + c / kStoreBoxCols * kStoreBoxBytes + byte), acc(i), acc(i + 1));
-    }
-    // The generic-proxy writes above, made visible to the TMA (async proxy) before it reads them.
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    asm volatile("bar.sync 1, %0;" ::"n"(kMathThreads) : "memory");
-    if (threadIdx.x == 0) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < TileN / kStoreBoxCols; ++j)
-        if (n0 + j * kStoreBoxCols < p.n)
-          tma_store_2d(&d_map, cute::cast_smem_ptr_to_uint(smem_a + j * kStoreBoxBytes), n0 + j * kStoreBoxCols, m0);
-      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-      // Shared memory must outlive the stores' reads of it.
-      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-    }
-  } else {
-    Out* d = static_cast<Out*>(p.d);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc); i += 2) {
-      const int r = m0 + row + 8 * ((i / 2) % 2);
-      const int c = n0 + 8 * (i / 4) + 2 * (lane % 4);
-      if (r < p.m && c < p.n) store_pair(d + int64_t(r) * p.n + c, acc(i), acc(i + 1));
-    }
+  Out* d = static_cast<Out*>(p.d);
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < size(acc); i += 2) {
+    const int r = m0 + row + 8 * ((i / 2) % 2);
+    const int c = n0 + 8 * (i / 4) + 2 * (lane % 4);
+    if (r < p.m && c < p.n) store_pair(d + int64_t(r) * p.n + c, acc(i), acc(i + 1));
   }
 }
 
@@ -371,27 +325,20 @@ bool encode(CUtensorMap* map, CUtensorMapDataType type, const void* base, uint64
             swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int TileN, class Out, int kProbe = 0, Store kStore = Store::kDirect>
+template <int TileN, class Out, int kProbe = 0>
 cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
   using T = Tile<TileN>;
-  static_assert(TileN % kStoreBoxCols == 0 && TileN / kStoreBoxCols * kStoreBoxBytes <= T::kStages * kABytes,
-                "the staged output tile fits in the A ring");
   const uint64_t k_blocks = uint64_t(p.k) / kTileK;
-  CUtensorMap a_map, b_map, a_scale_map, d_map = {};
+  CUtensorMap a_map, b_map, a_scale_map;
   if (!encode(&a_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a, p.k, p.m, p.k, kTileK, kTokenTile,
               CU_TENSOR_MAP_SWIZZLE_128B) ||
       !encode(&b_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.b, p.k, p.n, p.k, kTileK, TileN, CU_TENSOR_MAP_SWIZZLE_128B) ||
       !encode(&a_scale_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.a_scale, p.a_scale_ld, k_blocks, p.a_scale_ld * 4,
               kTokenTile, 1, CU_TENSOR_MAP_SWIZZLE_NONE))
     return cudaErrorInvalidValue;
-  constexpr CUtensorMapDataType kOutType =
-      std::is_same_v<Out, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  if (kStore == Store::kTma && !encode(&d_map, kOutType, p.d, p.n, p.m, p.n * 2, kStoreBoxCols, kTokenTile,
-                                       CU_TENSOR_MAP_SWIZZLE_32B))
-    return cudaErrorInvalidValue;
   const int64_t tiles = tile_count(p, TileN);
   if (tiles > std::numeric_limits<int32_t>::max()) return cudaErrorInvalidValue;
-  const auto kernel = tok64_gemm<TileN, Out, kProbe, kStore>;
+  const auto kernel = tok64_gemm<TileN, Out, kProbe>;
   // Every launch, as CUTLASS's adapter does: the attribute belongs to the current device's context.
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
       e != cudaSuccess)
@@ -408,29 +355,13 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
   cfg.stream = stream;
   cfg.attrs = &pdl;
   cfg.numAttrs = p.pdl ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a_map, b_map, a_scale_map, d_map, params);
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a_map, b_map, a_scale_map, params);
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
-template <int TileN, Store kStore>
+template <int TileN>
 cudaError_t launch_out(const Problem& p, cudaStream_t stream) {
-  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16, 0, kStore>(p, stream)
-                    : launch_width<TileN, __half, 0, kStore>(p, stream);
-}
-
-template <Store kStore>
-cudaError_t launch_store(const Problem& p, cudaStream_t stream) {
-  switch (tile_n(p)) {
-    case 16: return launch_out<16, kStore>(p, stream);
-    case 32: return launch_out<32, kStore>(p, stream);
-    case 48: return launch_out<48, kStore>(p, stream);
-    case 64: return launch_out<64, kStore>(p, stream);
-    case 80: return launch_out<80, kStore>(p, stream);
-    case 96: return launch_out<96, kStore>(p, stream);
-    case 112: return launch_out<112, kStore>(p, stream);
-    case 128: return launch_out<128, kStore>(p, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16>(p, stream) : launch_width<TileN, __half>(p, stream);
 }
 
 }  // namespace
@@ -456,9 +387,19 @@ int tile_n(const Problem& p) {
   return best;
 }
 
-cudaError_t launch(const Problem& p, cudaStream_t stream) { return launch_store<Store::kDirect>(p, stream); }
-
-cudaError_t launch_tma_store(const Problem& p, cudaStream_t stream) { return launch_store<Store::kTma>(p, stream); }
+cudaError_t launch(const Problem& p, cudaStream_t stream) {
+  switch (tile_n(p)) {
+    case 16: return launch_out<16>(p, stream);
+    case 32: return launch_out<32>(p, stream);
+    case 48: return launch_out<48>(p, stream);
+    case 64: return launch_out<64>(p, stream);
+    case 80: return launch_out<80>(p, stream);
+    case 96: return launch_out<96>(p, stream);
+    case 112: return launch_out<112>(p, stream);
+    case 128: return launch_out<128>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
 
 size_t workspace(const Problem&) { return 0; }
 
