@@ -115,8 +115,8 @@ def test_table_shape():
 SELECTED_4096_AT_132_SMS = {1: "sm90_swapab_64x32x128_pp_ovl", 64: "sm90_swapab_64x32x128_pp_ovl",
                             65: "sm90_tok64_fitn", 128: "sm90_tok64_fitn",
                             129: "sm90_swapab_128x64x128_ovl_persistent", 256: "sm90_swapab_128x64x128_ovl_persistent",
-                            257: "sm90_coop_128x128x128_c2x1_ovl", 4096: "sm90_coop_128x128x128_c2x1_ovl",
-                            8192: "sm90_coop_128x128x128_c2x1_ovl"}
+                            257: "sm90_coop_128x128x128_c2x1_ovl", 4096: "sm90_coop_128x128x128_c2x1_ovl_epi64x3",
+                            8192: "sm90_coop_128x128x128_c2x1_ovl_epi64x3"}
 
 
 @pytest.mark.parametrize("m", sorted(SELECTED_4096_AT_132_SMS))

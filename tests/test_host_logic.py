@@ -237,15 +237,17 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (200, 11008, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # last wave 40 / 132 full, but 32 K blocks
     (1024, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl_sk"),  # last wave 4 / 132 full, 56 K blocks
     (3000, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl_sk"),  # 408 tiles: 12 / 132
-    (1024, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # 32 K blocks: past the row's bound (E18)
+    (1024, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 32 K blocks: the row's bound (E18b)
     (1024, 32768, 512, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 4 K blocks: the epilogue's waits matter
     (2048, 9728, 896, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 7 K blocks
     (8192, 4096, 1024, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 8 K blocks
     (8192, 24576, 1536, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 12 K blocks (E17)
     (4096, 7168, 2048, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 16 K blocks
     (2048, 9216, 3072, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 24 K blocks (E18)
-    (1024, 8192, 3840, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 30 K blocks, the most it takes
-    (1024, 8192, 3968, "sm90_coop_128x128x128_c2x1_ovl"),  # 31 K blocks: the plain row (not measured)
+    (1024, 8192, 3840, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 30 K blocks
+    (1024, 8192, 3968, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 31 K blocks (between measured K)
+    (1024, 12288, 4096, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 32 K blocks, the most it takes (E18b)
+    (1024, 12288, 4224, "sm90_coop_128x128x128_c2x1_ovl"),  # 33 K blocks: the plain row
     (1023, 16384, 512, "sm90_coop_128x128x128_c2x1_ovl"),  # below M = 1024 (0.98 at M = 512): the plain row
     (256, 32768, 512, "sm90_coop_128x128x128_c2x1_ovl"),  # the swap rows' M, where they lose: the plain row
 ]

@@ -14,7 +14,7 @@
 // the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row; the
 // `_persistent` 128x64 row: the plain one would run K whole;
 // the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles:
-// K <= 3840 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
+// K <= 4096 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
 // the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
 // (where that saves more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
 // The 128x128 `_sk` row runs a nearly empty last wave as stream-K.
@@ -188,9 +188,10 @@ bool streams_tail_wave(const Problem& p) {
 // 32768x512, 0.895-1.002x (geomean 0.959) at the 28 K <= 1024 points of HELD_OUT_9 (seventeenth session, E15);
 // at K = 1536-2048, 0.95-1.00x (geomean 0.974, faster at 70 of 72 points over 18 layers; eighteenth session,
 // E17, interleaved timing); at K = 2304-3840, 0.97-1.00x (geomean 0.983 over 56 points of 14 layers, two calls;
-// nineteenth session, E18). At K = 4096 0.989 (40 points), which put the K <= 4096 set at 0.98503, just past its
-// bar of 0.985: not taken. At M = 384-768 (K <= 1024) it gained only 1.3-1.9% (42 points): not taken there.
-constexpr int64_t kShortKMaxK = 3840, kShortKMinM = 1024;
+// nineteenth session, E18); at K = 4096 0.989 (40 points; E18), then 0.98-1.01x (geomean 0.987, faster at 23 of 24)
+// on six fresh K = 4096 layers (twenty-second session, E18b). At M = 384-768 (K <= 1024) it gained only 1.3-1.9%
+// (42 points): not taken there.
+constexpr int64_t kShortKMaxK = 4096, kShortKMinM = 1024;
 using Sm90Coop128Epilogue64x3 =
     Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 3>;
 bool has_short_k(const Problem& p) {
@@ -258,12 +259,13 @@ const Sm90Row kRows[] = {
       "held-out ones; 0.98-1.16x at short K and 1.03-1.50x with fuller last waves (gemm/NOTES.md ninth session)",
       &streams_tail_wave),
   make_row<Sm90Coop128Epilogue64x3>("sm90_coop_128x128x128_c2x1_ovl_epi64x3", kUnboundedM,
-      "K <= 3840 from M = 1024: the row below with 128x64 epilogue subtiles in three buffers (no wait on a store "
+      "K <= 4096 from M = 1024: the row below with 128x64 epilogue subtiles in three buffers (no wait on a store "
       "within a tile, where CUTLASS's 128x32 subtiles wait three times; 5 mainloop stages instead of 6), where "
       "the tile change is a large part of a tile's work: 0.80-0.92x its time on 32768x512, 0.895-1.002x (geomean "
       "0.959) at 28 fresh held-out points at K <= 1024 (seventeenth session, E15), 0.95-1.00x (geomean 0.974, "
       "faster at 70 of 72) at K = 1536-2048 (eighteenth session, E17), 0.97-1.00x (geomean 0.983 over 56 points) "
-      "at K = 2304-3840 (nineteenth session, E18); at K = 4096 0.989, not taken (gemm/NOTES.md)",
+      "at K = 2304-3840 (nineteenth session, E18), 0.987 at 24 fresh points at K = 4096 (twenty-second session, "
+      "E18b; gemm/NOTES.md)",
       &has_short_k),
   make_row<Sm90Coop128>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "
