@@ -166,7 +166,7 @@ def test_long_k_all_positive(row, m, out_dtype):
 
 
 TOK64_ROW = "sm90_tok64_fitn"
-TOK64_WIDTHS = (16, 32, 48, 64, 80, 96, 112, 128)  # csrc/gemm/sm90_tok64.h, kTileWidths
+TOK64_WIDTHS = (16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192)  # csrc/gemm/sm90_tok64.h, kTileWidths
 
 
 def _tok64_problem(width: int) -> tuple[int, int]:
@@ -192,7 +192,7 @@ def test_tok64_every_width(width, out_dtype):
     _check(m, n, 1024, out_dtype, TOK64_ROW, seed=width)
 
 
-@pytest.mark.parametrize("width", (64, 96))
+@pytest.mark.parametrize("width", (64, 96, 192))
 def test_tok64_weight_scales_from_global(width):
     """K = 33024 (258 K blocks) is past the 256 blocks of weight scales the 64-token-tile row keeps in
     shared memory (sm90_tok64_fitn.cu, kMaxResidentKBlocks), so it reads them from global memory each

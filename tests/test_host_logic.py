@@ -113,8 +113,10 @@ TOK64_WIDTHS_AT_132_SMS = [
     (128, 2048, 32), (128, 4096, 64), (128, 5120, 80), (128, 6144, 96),
     (64, 4096, 32),   # one token tile: 128 tiles of 32 (96 B a CTA) beat 64 of 64 (128 B)
     (32, 2112, 16),   # 132 tiles of 16 fill one wave exactly
-    (96, 24576, 128),  # no width fits one wave: the widest tile, fewest waves times bytes
-    (256, 6144, 96),  # 4 token tiles: 2 waves of 96-wide tiles (cost 320) beat 2 of 128 (384), 3 of 64 (384)
+    (128, 9216, 144), (128, 10240, 160), (128, 11008, 192),  # one wave past 128 wide: 128 / 128 / 116 tiles
+    (96, 24576, 192),  # no width fits one wave: 2 waves of 192 (cost 512) beat 3 of 128 (576)
+    (256, 6144, 192),  # 4 token tiles: one wave of 192-wide tiles (cost 256) beats 2 of 96 (320)
+    (256, 7168, 112),  # 192 would take 152 tiles: 2 waves of 112 (352) beat 2 of 128 (384) and 2 of 192 (512)
 ]
 
 

@@ -4,12 +4,12 @@
 //   D[m, n] = sum_kb (A[m, kb-block] . B[n, kb-block]) * SFA[m, kb] * SFB[n / 128, kb]
 //
 // Layouts as gemm.h. Unswapped: 64 tokens on the wgmma M side, TileN weight rows on the N side, with
-// TileN (16..128) picked per problem so that the tiles fill about one wave (tile_n below). A tile may
+// TileN (16..192) picked per problem so that the tiles fill about one wave (tile_n below). A tile may
 // straddle two 128-row weight scale blocks (e.g. 96 wide at n0 = 96), which CUTLASS's blockwise
 // collective cannot express (its scale tile is TileN / 128 blocks), hence this kernel of our own.
 // One producer warp first copies the tile's weight scales for every K block (one or two 128-row blocks) into
 // shared memory by cp.async (its 32 lanes), then loads each K block's A (64x128), B (TileNx128) and token
-// scales (64 fp32) by TMA (lane 0) into a ring of 9-16 stages; one math warpgroup runs 4 m64nTileNk32 SS
+// scales (64 fp32) by TMA (lane 0) into a ring of 6-16 stages; one math warpgroup runs 4 m64nTileNk32 SS
 // wgmma per block into a fresh fragment, drains them, releases the stage (one arrive per warp) and
 // promotes: acc += partial * token scale (2 rows per thread) * weight scale (per 8-column group: the block
 // below or above the 128-row boundary). The K loop is unrolled by the stage count. Epilogue: direct 4-byte
@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 
 #include "cute/tensor.hpp"
 #include "cute/arch/copy_sm90_desc.hpp"
@@ -77,6 +78,9 @@ struct Tile {
   static constexpr int kSmem = 1024 + kStages * kStageBytes + kResidentWeightScaleBytes + 16 * kStages + 8;
   // Widths dividing 128 never straddle a weight scale block: one weight scale per block, no selects.
   static constexpr bool kOneWeightScale = 128 % TileN == 0;
+  // A tile starts at a multiple of TileN, i.e. at most 128 - gcd(TileN, 128) rows into a scale block; the kernel
+  // promotes with two weight scales (the block below and the one above), so the tile must end in the next one.
+  static_assert(TileN - std::gcd(TileN, 128) <= 128, "a tile would straddle three weight scale blocks");
   static_assert(kStages >= 4, "too few stages to keep the loads in flight");
   static_assert(kSmem <= kSmemBytes, "shared memory over the SM90 maximum");
   using Mma = decltype(make_tiled_mma(SM90::GMMA::ss_op_selector<Fp8, Fp8, float, Shape<_64, Int<TileN>, _32>>()));
@@ -397,6 +401,9 @@ cudaError_t launch(const Problem& p, cudaStream_t stream) {
     case 96: return launch_out<96>(p, stream);
     case 112: return launch_out<112>(p, stream);
     case 128: return launch_out<128>(p, stream);
+    case 144: return launch_out<144>(p, stream);
+    case 160: return launch_out<160>(p, stream);
+    case 192: return launch_out<192>(p, stream);
     default: return cudaErrorInvalidValue;
   }
 }
