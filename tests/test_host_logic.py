@@ -168,13 +168,13 @@ def test_sm90_gemm_k_plan_at_132_sms():
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
-    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(10)]
+    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(11)]
     assert names == ["sm90_swapab_64x32x128_pp_ovl", "sm90_swapab_128x32x128", "sm90_tok64_fitn",
                      "sm90_swapab_64x64x128_pp_ovl",
                      "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl_persistent",
                      "sm90_swapab_128x64x128_ovl",
                      "sm90_coop_128x128x128_c2x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl_epi64x3",
-                     "sm90_coop_128x128x128_c2x1_ovl"]
+                     "sm90_coop_128x128x128_c2x1_ovl", "sm90_tok64_fitn_c2x1"]
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 16)["plan"] == "data-parallel", "more tiles than SMs"
     assert ops.gemm_k_plan(0, 32, 4096, 7168, 132)["plan"] == "data-parallel", "the ping-pong row never splits K"
@@ -211,19 +211,23 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (128, 6144, 4096, "sm90_tok64_fitn"),  # 2 x 64 tiles of 64x96
     (96, 1984, 2048, "sm90_tok64_fitn"),  # 2 x 62 tiles of 64x32
     (128, 8192, 2048, "sm90_swapab_128x64x128_ovl_persistent"),  # 128 tiles, but 128 wide; 256 64-row tiles
-    (128, 9216, 3072, "sm90_swapab_64x64x128_pp_ovl"),  # 232 tok64 tiles; 144 128x64 tiles: second wave 12 / 132
-    (100, 9216, 3072, "sm90_swapab_128x64x128_ovl_persistent"),  # the same below M = 112 (lost at M = 100)
+    (128, 9216, 3072, "sm90_tok64_fitn"),  # 2 x 64 tiles of 64x144: one wave (144 128x64 tiles: two)
+    (100, 9216, 3072, "sm90_tok64_fitn"),  # the same at M = 100
+    (96, 11008, 4096, "sm90_tok64_fitn"),  # 2 x 58 tiles of 64x192, below M = 112
+    (112, 12288, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 64x192 from M = 112: not taken
+    (112, 11008, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # nor against E20b's thin second wave
     (112, 11776, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # 184 128x64 tiles: second wave 52 / 132, the most taken
     (112, 11904, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 186 tiles: 54 / 132, more than 40% full
     (128, 17920, 1536, "sm90_swapab_128x64x128_ovl_persistent"),  # 280 tiles: three waves (~0.99, not taken)
     (128, 1536, 7168, "sm90_tok64_fitn"),  # 2 x 48 tiles of 64x32: 96, the fewest measured
     (64, 4096, 4096, "sm90_swapab_64x32x128_pp_ovl"),  # M <= 64: the swap rows
-    (96, 10240, 7168, "sm90_swapab_128x64x128_ovl_persistent"),  # 256 tiles of 64x80: two waves
+    (96, 10240, 7168, "sm90_tok64_fitn"),  # 2 x 64 tiles of 64x160: one wave
+    (96, 18688, 7168, "sm90_swapab_128x64x128_ovl_persistent"),  # no tok64 width fits one wave (260 tiles of 64x144)
     (128, 576, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # 72 tiles of 64x16 (< 96): 4 slices
     (96, 2048, 4096, "sm90_tok64_fitn"),  # 64x32 tiles ahead of the 64-row swap tiles and the slices
     (128, 7168, 12288, "sm90_swapab_128x64x128_ovl_persistent"),  # 128 tiles of 64x112 (> 96)
     (128, 11008, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # 230 tok64 tiles; 172 128x64 tiles, 40 in the second wave
-    (124, 8832, 2048, "sm90_swapab_64x64x128_pp_ovl"),  # 138 128x64 tiles: second wave 6 / 132
+    (124, 8832, 2048, "sm90_tok64_fitn"),  # 2 x 62 tiles of 64x144, ahead of E20b's 64x64 row
     (128, 2048, 12288, "sm90_tok64_fitn"),  # 128 tiles of 64x32 (the 128x64 row would stream-K)
     (128, 1024, 24576, "sm90_swapab_128x64x128_ovl"),  # 128 tiles, but 16 wide (unmeasured): stream-K
     (128, 576, 24576, "sm90_swapab_128x64x128_ovl"),  # 72 tiles of 64x16; the 128x64 row's stream-K

@@ -10,7 +10,8 @@
 // sm90_overlap_mainloop.cuh); the `sm90_tok64_fitn` row is a kernel of our own (sm90_tok64_fitn.cu:
 // 64-token tiles, a weight-tile width per problem). A row may carry a selection precondition (mostly the
 // 64-row rows: their tiles fill one wave, or at M = 112..128 the 128x64 row leaves a thin second wave; the
-// tok64 row: 96 tiles up to one wave, 32-96 wide, M = 65..128; the 128x32 row above M = 48: few 64-row tiles;
+// tok64 row: 96 tiles up to one wave, 32-96 wide (144-192 where no other row fits one wave), M = 65..128;
+// the 128x32 row above M = 48: few 64-row tiles;
 // the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row; the
 // `_persistent` 128x64 row: the plain one would run K whole;
 // the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles:
@@ -54,8 +55,9 @@ using sm90::tile_count;
 using sm90::waves;
 
 constexpr Sm90Row make_tok64_row(const char* name, int64_t max_m, const char* reason,
-                                 bool (*prefers)(const Problem&) = nullptr) {
-  return {{name, max_m, reason}, &sm90::tok64::launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
+                                 bool (*prefers)(const Problem&) = nullptr,
+                                 cudaError_t (*launch)(const Problem&, cudaStream_t) = &sm90::tok64::launch) {
+  return {{name, max_m, reason}, launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
 }
 
 constexpr int64_t kSmallRowsMaxM = 64;  // the 64x32 and 128x32 rows' bound
@@ -101,14 +103,22 @@ bool keeps_128x32(const Problem& p) {
 // wide at one wave it was 1.03-1.13x on the benchmark set, and at M <= 64, against the swap rows' 32- and
 // 64-token tiles, 0.89-1.39x (gemm/NOTES.md fifteenth and sixteenth sessions, E9).
 // Outside what was measured there (fewer than 96 tiles, or 16 wide) the rows after it keep the problem.
+// Past 128 wide (E22b, N = 8449..12672 at two token tiles, where every other row needs two waves): 144 and 160 at
+// any such M, 192 below M = 112 (from there E20b's 64x64 row beat it, 1.02-1.10x; 112-128 wide lost, above):
+// 0.68-0.96x the selected row's time (geomean 0.83 at 18 fitted, 0.81 at 16 held-out points; twenty-third session).
 constexpr int64_t kTok64MaxM = 128;
 constexpr int kTok64MinWidth = 32, kTok64MaxWidth = 96;
+constexpr int kTok64WideMinWidth = 144, kTok64WideMaxWidth = 160, kTok64Widest = 192;
+constexpr int64_t kTok64WidestMaxM = 111;
 constexpr int64_t kTok64MinTiles = 96;
 bool prefers_tok64(const Problem& p) {
   if (p.m <= kSmallRowsMaxM) return false;
   const int width = sm90::tok64::tile_n(p);
   const int64_t tiles = sm90::tok64::tile_count(p, width);
-  return width >= kTok64MinWidth && width <= kTok64MaxWidth && tiles >= kTok64MinTiles && tiles <= p.sm_count;
+  const bool measured_width = (width >= kTok64MinWidth && width <= kTok64MaxWidth) ||
+                              (width >= kTok64WideMinWidth && width <= kTok64WideMaxWidth) ||
+                              (width == kTok64Widest && p.m <= kTok64WidestMaxM);
+  return measured_width && tiles >= kTok64MinTiles && tiles <= p.sm_count;
 }
 
 // Selection precondition of the 64x64 ping-pong row (M in (64, 256]): only where the 128x64 row would run
@@ -221,7 +231,8 @@ const Sm90Row kRows[] = {
       "tiles, one math warpgroup, the weight-tile width picked so the tiles fill about one wave (straddling 128-row "
       "scale blocks), our own TMA/wgmma kernel with the weight scales resident in shared memory; 0.83-1.13x the row it displaces "
       "(geomean 0.948 at 46 held-out points, slower than 1.03x at 3; 0.929 at 16 benchmark points; "
-      "gemm/NOTES.md sixteenth session, E9)",
+      "gemm/NOTES.md sixteenth session, E9); 144 and 160 wide, and 192 below M = 112, where every other row needs "
+      "two waves (N = 8449..12672): 0.68-0.96x (geomean 0.81 at 16 held-out points; twenty-third session, E22b)",
       &prefers_tok64),
   make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp_ovl", kSwapRowsMaxM,
       "M = 49..64 where the 64x32 row's tiles exceed one wave (but not 3 waves against 2): one 64-token tile per weight tile streams each weight "
@@ -272,6 +283,12 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
+  make_tok64_row("sm90_tok64_fitn_c2x1", kTok64MaxM,
+      "candidate (forced only; twenty-third session, E23): the tok64 row with the two token tiles of a weight tile "
+      "as a CTA pair, each loading half the weight tile into both by TMA multicast, so that the L2 serves each "
+      "weight line once where the row's wide tiles are bound by L2 -> SM traffic (33-41 B/clk a SM at 144-192 "
+      "wide); unpaired where the token tiles are odd in number",
+      nullptr, &sm90::tok64::launch_pairs),
 };
 // clang-format on
 
