@@ -203,25 +203,6 @@ def test_tok64_weight_scales_from_global(width):
     _check(m, n, 33024, torch.bfloat16, TOK64_ROW, seed=width + 1)
 
 
-TOK64_PAIR_ROW = TOK64_ROW + "_c2x1"
-
-
-@pytest.mark.parametrize("width", TOK64_WIDTHS)
-def test_tok64_pairs_same_bits(width):
-    """The CTA-pair candidate (each CTA of a pair loads half the weight tile into both by TMA multicast) only moves
-    the loads: bit for bit the 64-token-tile row's output at every width, with the token tiles paired (M = 83, 200)
-    and unpaired (M = 1, 64: one token tile), both at the width's problem."""
-    if TOK64_PAIR_ROW not in ROWS:
-        pytest.skip(f"{TOK64_PAIR_ROW} is not in this build's table")
-    m, n = _tok64_problem(width)
-    for mm in sorted({m, 200 if m in (1, 64) else 1}):
-        a, a_scale, b, b_scale = _operands(mm, n, 1024, seed=width + 2)
-        want = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=TOK64_ROW)
-        poison_cuda_cache(mm * n * 2)
-        got = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=TOK64_PAIR_ROW)
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"width {width} M={mm} N={n}"
-
-
 # K-block counts and grids for the consumer loops (m, n, k, all-positive operands).
 K_BLOCK_CASES = [
     (1, 256, 128, False),       # one K block: the overlapped loop never overlaps, only drains

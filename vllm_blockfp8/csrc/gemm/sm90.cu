@@ -55,9 +55,8 @@ using sm90::tile_count;
 using sm90::waves;
 
 constexpr Sm90Row make_tok64_row(const char* name, int64_t max_m, const char* reason,
-                                 bool (*prefers)(const Problem&) = nullptr,
-                                 cudaError_t (*launch)(const Problem&, cudaStream_t) = &sm90::tok64::launch) {
-  return {{name, max_m, reason}, launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
+                                 bool (*prefers)(const Problem&) = nullptr) {
+  return {{name, max_m, reason}, &sm90::tok64::launch, &sm90::tok64::workspace, &sm90::tok64::plan, prefers};
 }
 
 constexpr int64_t kSmallRowsMaxM = 64;  // the 64x32 and 128x32 rows' bound
@@ -105,7 +104,8 @@ bool keeps_128x32(const Problem& p) {
 // Outside what was measured there (fewer than 96 tiles, or 16 wide) the rows after it keep the problem.
 // Past 128 wide (E22b, N = 8449..12672 at two token tiles, where every other row needs two waves): 144 and 160 at
 // any such M, 192 below M = 112 (from there E20b's 64x64 row beat it, 1.02-1.10x; 112-128 wide lost, above):
-// 0.68-0.96x the selected row's time (geomean 0.83 at 18 fitted, 0.81 at 16 held-out points; twenty-third session).
+// 0.68-0.96x the selected row's time at 34 points of call 1, then 0.66-0.98x (geomean 0.779) at 26 fresh held-out
+// points of 7 layers at M = 72..120 (gemm/NOTES.md twenty-third session, E22b).
 constexpr int64_t kTok64MaxM = 128;
 constexpr int kTok64MinWidth = 32, kTok64MaxWidth = 96;
 constexpr int kTok64WideMinWidth = 144, kTok64WideMaxWidth = 160, kTok64Widest = 192;
@@ -232,7 +232,7 @@ const Sm90Row kRows[] = {
       "scale blocks), our own TMA/wgmma kernel with the weight scales resident in shared memory; 0.83-1.13x the row it displaces "
       "(geomean 0.948 at 46 held-out points, slower than 1.03x at 3; 0.929 at 16 benchmark points; "
       "gemm/NOTES.md sixteenth session, E9); 144 and 160 wide, and 192 below M = 112, where every other row needs "
-      "two waves (N = 8449..12672): 0.68-0.96x (geomean 0.81 at 16 held-out points; twenty-third session, E22b)",
+      "two waves (N = 8449..12672): 0.66-0.98x (geomean 0.779 at 26 fresh held-out points; twenty-third session, E22b)",
       &prefers_tok64),
   make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp_ovl", kSwapRowsMaxM,
       "M = 49..64 where the 64x32 row's tiles exceed one wave (but not 3 waves against 2): one 64-token tile per weight tile streams each weight "
@@ -283,12 +283,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_tok64_row("sm90_tok64_fitn_c2x1", kTok64MaxM,
-      "candidate (forced only; twenty-third session, E23): the tok64 row with the two token tiles of a weight tile "
-      "as a CTA pair, each loading half the weight tile into both by TMA multicast, so that the L2 serves each "
-      "weight line once where the row's wide tiles are bound by L2 -> SM traffic (33-41 B/clk a SM at 144-192 "
-      "wide); unpaired where the token tiles are odd in number",
-      nullptr, &sm90::tok64::launch_pairs),
 };
 // clang-format on
 

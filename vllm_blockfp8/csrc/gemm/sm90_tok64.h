@@ -22,9 +22,6 @@ int tile_n(const Problem& p);
 int64_t tile_count(const Problem& p, int tile_n);
 
 cudaError_t launch(const Problem& p, cudaStream_t stream);
-// The same tiles with the two token tiles of a weight tile as a CTA pair sharing its loads (TMA multicast), where
-// the token tiles are even in number (row sm90_tok64_fitn_c2x1, forced only).
-cudaError_t launch_pairs(const Problem& p, cudaStream_t stream);
 size_t workspace(const Problem& p);  // always 0: K is walked whole, nothing is shared between CTAs
 KPlan plan(const Problem& p);
 

@@ -28,7 +28,6 @@
 #include <numeric>
 
 #include "cute/tensor.hpp"
-#include "cute/arch/cluster_sm90.hpp"
 #include "cute/arch/copy_sm90_desc.hpp"
 #include "cute/arch/mma_sm90.hpp"
 #include "cute/atom/mma_traits_sm90_gmma.hpp"
@@ -104,18 +103,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// The same, written to the same shared-memory offset in every CTA of `cta_mask` (the pair of a kCluster = 2
-// launch), each CTA's barrier at that offset counting the bytes.
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int x, int y, uint64_t* bar,
-                                                      uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3}], [%4], %5;"
-      :
-      : "r"(dst), "l"(map), "r"(x), "r"(y), "r"(cute::cast_smem_ptr_to_uint(bar)), "h"(cta_mask)
-      : "memory");
-}
-
 template <class Out>
 __device__ __forceinline__ void store_pair(Out* d, float x, float y);
 template <>
@@ -127,10 +114,7 @@ __device__ __forceinline__ void store_pair<__half>(__half* d, float x, float y) 
   *reinterpret_cast<__half2*>(d) = __floats2half2_rn(x, y);
 }
 
-// kCluster = 2 (row sm90_tok64_fitn_c2x1, forced only): the two token tiles of a weight tile run as a CTA pair, each
-// CTA loading half of the weight tile per stage by TMA multicast into both; a stage is refilled once the math warps
-// of both CTAs released it (count 8 on each empty barrier). Launched only where the token tiles are even in number.
-template <int TileN, class Out, int kProbe, int kCluster = 1>
+template <int TileN, class Out, int kProbe>
 __global__ void __launch_bounds__(kThreads, 1)
     tok64_gemm(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                const __grid_constant__ CUtensorMap a_scale_map, const Params p) {
@@ -140,8 +124,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kStageScales = kProbe & probe::kStageWeightScales;
   constexpr bool kThreadRelease = kProbe & probe::kThreadRelease;
   constexpr int kFullArrivals = kStageScales ? 2 : 1;
-  static_assert(kCluster == 1 || (kCluster == 2 && kProbe == 0 && TileN % 16 == 0),
-                "CTA pairs split the weight tile in two 8-row-aligned halves (no probe variants)");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* smem_a = smem;                              // S x 8 KiB
@@ -163,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // full: the producer's arrive with the TMA bytes. empty: lane 0 of each math warp, after __syncwarp
     // orders its lanes' reads of the stage before the release (the stage holds only TMA-written data).
     for (int s = 0; s < S; ++s)
-      Barrier::init(&full[s], kFullArrivals), Barrier::init(&empty[s], kThreadRelease ? kMathThreads : 4 * kCluster);
+      Barrier::init(&full[s], kFullArrivals), Barrier::init(&empty[s], kThreadRelease ? kMathThreads : 4);
     Barrier::init(scales_ready, 32);
     cutlass::arch::fence_barrier_init();
   }
@@ -173,14 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("prefetch.tensormap [%0];" ::"l"(&b_map) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(&a_scale_map) : "memory");
   }
-  // The peer CTA writes into this CTA's stages and arrives on its barriers: both see each other's barriers
-  // initialized first.
-  if constexpr (kCluster > 1) {
-    cute::cluster_arrive_relaxed();
-    cute::cluster_wait();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
   // Programmatic dependent launch: nothing global is read before the previous kernel's results are
   // visible (a no-op for a plain launch).
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -210,8 +185,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncwarp();
     if (lane != 0) return;
-    const int rank = kCluster > 1 ? int(cute::block_rank_in_cluster()) : 0;
-    constexpr int kBHalfBytes = T::kBBytes / kCluster;
     int s = 0;
     uint32_t phase = 0;
     for (int kb = 0; kb < p.k_blocks; ++kb) {
@@ -230,22 +203,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         Barrier::arrive_and_expect_tx(&full[s], kABytes + T::kBBytes + kScaleBytes);
         tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + s * kABytes), &a_map, kb * kTileK, m0, &full[s]);
-        if constexpr (kCluster > 1)
-          tma_load_2d_multicast(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes + rank * kBHalfBytes), &b_map,
-                                kb * kTileK, n0 + rank * (TileN / kCluster), &full[s], (1 << kCluster) - 1);
-        else
-          tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s]);
+        tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s]);
         tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a_scale + s * kTokenTile), &a_scale_map, m0, kb, &full[s]);
       }
       if (++s == S) s = 0, phase ^= 1;
-    }
-    // Pairs: stay resident until both CTAs' math warps released every stage this CTA's barriers count, so that
-    // no peer arrival lands in the shared memory of an exited CTA.
-    if constexpr (kCluster > 1) {
-      for (int i = 0; i < S; ++i) {
-        Barrier::wait(&empty[s], phase ^ 1);
-        if (++s == S) s = 0, phase ^= 1;
-      }
     }
     return;
   }
@@ -278,10 +239,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto release = [&](const int s) {
     if constexpr (kThreadRelease) {
       Barrier::arrive(&empty[s]);
-    } else if constexpr (kCluster > 1) {
-      // Lane c releases the stage in CTA c of the pair (both CTAs' producers write into it).
-      __syncwarp();
-      Barrier::arrive(&empty[s], uint32_t(lane), lane < kCluster);
     } else {
       __syncwarp();
       if (lane == 0) Barrier::arrive(&empty[s]);
@@ -372,71 +329,43 @@ bool encode(CUtensorMap* map, CUtensorMapDataType type, const void* base, uint64
             swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int TileN, class Out, int kProbe = 0, int kCluster = 1>
+template <int TileN, class Out, int kProbe = 0>
 cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
   using T = Tile<TileN>;
   const uint64_t k_blocks = uint64_t(p.k) / kTileK;
   CUtensorMap a_map, b_map, a_scale_map;
   if (!encode(&a_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a, p.k, p.m, p.k, kTileK, kTokenTile,
               CU_TENSOR_MAP_SWIZZLE_128B) ||
-      !encode(&b_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.b, p.k, p.n, p.k, kTileK, TileN / kCluster,
-              CU_TENSOR_MAP_SWIZZLE_128B) ||
+      !encode(&b_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, p.b, p.k, p.n, p.k, kTileK, TileN, CU_TENSOR_MAP_SWIZZLE_128B) ||
       !encode(&a_scale_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.a_scale, p.a_scale_ld, k_blocks, p.a_scale_ld * 4,
               kTokenTile, 1, CU_TENSOR_MAP_SWIZZLE_NONE))
     return cudaErrorInvalidValue;
   const int64_t tiles = tile_count(p, TileN);
   if (tiles > std::numeric_limits<int32_t>::max()) return cudaErrorInvalidValue;
-  const auto kernel = tok64_gemm<TileN, Out, kProbe, kCluster>;
+  const auto kernel = tok64_gemm<TileN, Out, kProbe>;
   // Every launch, as CUTLASS's adapter does: the attribute belongs to the current device's context.
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem);
       e != cudaSuccess)
     return e;
   const int m_tiles = int((p.m + kTokenTile - 1) / kTokenTile);
   const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles};
-  if (m_tiles % kCluster != 0) return cudaErrorInvalidValue;
-  cudaLaunchAttribute attrs[2];
-  unsigned num_attrs = 0;
-  if (kCluster > 1) {
-    attrs[num_attrs].id = cudaLaunchAttributeClusterDimension;
-    attrs[num_attrs++].val.clusterDim = {unsigned(kCluster), 1, 1};
-  }
-  if (p.pdl) {
-    attrs[num_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[num_attrs++].val.programmaticStreamSerializationAllowed = 1;
-  }
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(tiles));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = T::kSmem;
   cfg.stream = stream;
-  cfg.attrs = attrs;
-  cfg.numAttrs = num_attrs;
+  cfg.attrs = &pdl;
+  cfg.numAttrs = p.pdl ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a_map, b_map, a_scale_map, params);
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
-template <int TileN, int kCluster = 1>
+template <int TileN>
 cudaError_t launch_out(const Problem& p, cudaStream_t stream) {
-  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16, 0, kCluster>(p, stream)
-                    : launch_width<TileN, __half, 0, kCluster>(p, stream);
-}
-
-template <int kCluster>
-cudaError_t launch_cluster(const Problem& p, cudaStream_t stream) {
-  switch (tile_n(p)) {
-    case 16: return launch_out<16, kCluster>(p, stream);
-    case 32: return launch_out<32, kCluster>(p, stream);
-    case 48: return launch_out<48, kCluster>(p, stream);
-    case 64: return launch_out<64, kCluster>(p, stream);
-    case 80: return launch_out<80, kCluster>(p, stream);
-    case 96: return launch_out<96, kCluster>(p, stream);
-    case 112: return launch_out<112, kCluster>(p, stream);
-    case 128: return launch_out<128, kCluster>(p, stream);
-    case 144: return launch_out<144, kCluster>(p, stream);
-    case 160: return launch_out<160, kCluster>(p, stream);
-    case 192: return launch_out<192, kCluster>(p, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16>(p, stream) : launch_width<TileN, __half>(p, stream);
 }
 
 }  // namespace
@@ -463,13 +392,20 @@ int tile_n(const Problem& p) {
 }
 
 cudaError_t launch(const Problem& p, cudaStream_t stream) {
-  return launch_cluster<1>(p, stream);
-}
-
-// CTA pairs where the token tiles pair up (M = 65..128, 193..256, ...); an odd count of token tiles (M <= 64,
-// 129..192) runs unpaired.
-cudaError_t launch_pairs(const Problem& p, cudaStream_t stream) {
-  return (p.m + kTokenTile - 1) / kTokenTile % 2 == 0 ? launch_cluster<2>(p, stream) : launch_cluster<1>(p, stream);
+  switch (tile_n(p)) {
+    case 16: return launch_out<16>(p, stream);
+    case 32: return launch_out<32>(p, stream);
+    case 48: return launch_out<48>(p, stream);
+    case 64: return launch_out<64>(p, stream);
+    case 80: return launch_out<80>(p, stream);
+    case 96: return launch_out<96>(p, stream);
+    case 112: return launch_out<112>(p, stream);
+    case 128: return launch_out<128>(p, stream);
+    case 144: return launch_out<144>(p, stream);
+    case 160: return launch_out<160>(p, stream);
+    case 192: return launch_out<192>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 size_t workspace(const Problem&) { return 0; }
