@@ -49,7 +49,11 @@ def _gemm_cases(row: dict):
     # decomposition there (k / 128 >= 96 and 2 * tiles < SMs; partial tiles, workspace fixup).
     # Case 3: 56 K blocks on 17 weight tiles: the swap rows split each tile 3 ways (19 + 19 + 18
     # blocks, partials reduced through the workspace); the 128x128 row runs it data-parallel.
-    return [(m, 4096, 1024), (m, 520, 384), (m, 256, 12288), (m, 2112, 7168)]
+    cases = [(m, 4096, 1024), (m, 520, 384), (m, 256, 12288), (m, 2112, 7168)]
+    if row["name"].startswith("sm90_tok64"):
+        # Its widths past 128 (144 / 160 / 192 at M = 128; 6-7 stages, so 8 K blocks wrap the ring), ragged N.
+        cases += [(m, 9208, 1024), (m, 10232, 1024), (m, 11000, 1024)]
+    return cases
 
 
 def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
