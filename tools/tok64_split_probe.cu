@@ -7,8 +7,9 @@
 // out) already that slow, or the loop alone (no loads), or neither (then their overlap)? Call 1 answered: the
 // data path (0.191 us at 64x32); the variants since take it apart. Twenty-third session: the same split at the
 // widths past 128 (144 / 160 / 192 at N = 9216 / 10240 / 11008), where multicasting the weight tile to the two
-// token tiles changed nothing (E23). The kernel's other probe bits (per-stage weight scales, per-thread
-// releases) are measured in the sixteenth session and left out of this table to keep the compile short.
+// token tiles changed nothing (E23), and the row before E24 (the straddle boundary at run time) beside the row.
+// The kernel's other probe bits (no math: twenty-third session call 4; per-stage weight scales, per-thread
+// releases: sixteenth session) are left out of this table to keep the compile short.
 //
 // It compiles the row's own kernel file with diagnostic bits (sm90_tok64_fitn.cu, namespace probe: no math,
 // no loads, the fifteenth session's per-stage weight-scale copy, a release by every math thread) and times each
@@ -70,8 +71,9 @@ struct Variant {
 namespace pb = tok64::probe;
 const Variant kVariants[] = {
     {"row", launch_probe<0>},
-    {"no math", launch_probe<pb::kNoMath>},
+    {"row, runtime boundary", launch_probe<pb::kRuntimeBoundary>},
     {"no loads", launch_probe<pb::kNoLoads>},
+    {"no loads, runtime bound.", launch_probe<pb::kNoLoads | pb::kRuntimeBoundary>},
 };
 constexpr int kNs[] = {2048, 4096, 6144, 9216, 10240, 11008};
 

@@ -65,6 +65,8 @@ constexpr int kStageWeightScales = 4;  // the fifteenth session's weight scales:
                                        // a second arrival on its full barrier
 constexpr int kThreadRelease = 8;      // every math thread arrives on the empty barrier (count 128), not one
                                        // lane per warp
+constexpr int kRuntimeBoundary = 16;   // the straddle boundary as a runtime value at every width (the row before
+                                       // E24: a weight-scale select per 8-column group, twenty-third session)
 }  // namespace probe
 
 template <int TileN>
@@ -81,6 +83,18 @@ struct Tile {
   // A tile starts at a multiple of TileN, i.e. at most 128 - gcd(TileN, 128) rows into a scale block; the kernel
   // promotes with two weight scales (the block below and the one above), so the tile must end in the next one.
   static_assert(TileN - std::gcd(TileN, 128) <= 128, "a tile would straddle three weight scale blocks");
+  // The 8-column group where the block above starts (kGroups: none in the tile) takes one value per tile start
+  // modulo 128, kStarts of them. With two (192 wide), each gets its own instantiation of the K loop, so every
+  // group's scale product is a compile-time choice (E24: at a runtime boundary the compiler selected a weight scale
+  // per group, multiplied it by both token scales and spilled the group predicates every K block: 254 SASS
+  // instructions a block at 64x192, 141 at 64x96 against DeepGEMM's 90-94; gemm/NOTES.md twenty-third session).
+  // With three or four loop copies (96, 160 wide) ptxas serialized the wgmma (C7520: a warpgroup arrive it had to
+  // insert in a divergent path), so those widths keep the runtime boundary.
+  static constexpr int kGroups = TileN / 8;
+  static constexpr int kStarts = 128 / std::gcd(TileN, 128);
+  static constexpr bool kBoundaryAtCompileTime = !kOneWeightScale && kStarts <= 2;
+  static_assert(kGroups * 8 == TileN, "8-column groups of the wgmma accumulator");
+  static constexpr int boundary(int start) { return std::min(kGroups, (128 - start % 128) / 8); }
   static_assert(kStages >= 4, "too few stages to keep the loads in flight");
   static_assert(kSmem <= kSmemBytes, "shared memory over the SM90 maximum");
   using Mma = decltype(make_tiled_mma(SM90::GMMA::ss_op_selector<Fp8, Fp8, float, Shape<_64, Int<TileN>, _32>>()));
@@ -123,9 +137,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kMath = !(kProbe & probe::kNoMath), kLoads = !(kProbe & probe::kNoLoads);
   constexpr bool kStageScales = kProbe & probe::kStageWeightScales;
   constexpr bool kThreadRelease = kProbe & probe::kThreadRelease;
+  constexpr bool kBoundaryAtCompileTime = T::kBoundaryAtCompileTime && !(kProbe & probe::kRuntimeBoundary);
   constexpr int kFullArrivals = kStageScales ? 2 : 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // Aligned by an offset from smem_raw, so that the compiler still knows every pointer below is shared memory and
+  // reads the scales with LDS (a round trip through an integer address made them generic loads, LD).
+  uint8_t* smem = smem_raw + ((1024 - (cute::cast_smem_ptr_to_uint(smem_raw) & 1023)) & 1023);
   uint8_t* smem_a = smem;                              // S x 8 KiB
   uint8_t* smem_b = smem_a + S * kABytes;              // S x TileN x 128
   float* smem_a_scale = reinterpret_cast<float*>(smem_b + S * T::kBBytes);  // S x 64
@@ -247,7 +264,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // K block kb on stage s (a constant inside the unrolled rounds below, so its descriptors and scale
   // addresses fold): wait for the stage, 4 wgmma into the fresh fragment, the token scale loads under them,
   // drain, release the stage, promote.
-  auto block = [&](const int s, const uint32_t phase, const int kb) {
+  // kBoundary: the boundary group as a constant (E24), or -1: upper_group at run time.
+  auto block = [&](const int s, const uint32_t phase, const int kb, auto boundary) {
+    constexpr int kBoundary = decltype(boundary)::value;
     float2 w = make_float2(0.f, 0.f);
     if (resident_scales)
       w = make_float2(smem_b_scale[kb], T::kOneWeightScale ? 0.f : smem_b_scale[kMaxResidentKBlocks + kb]);
@@ -277,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (!T::kOneWeightScale) s0_hi = t0 * w.y, s1_hi = t1 * w.y;
     CUTLASS_PRAGMA_UNROLL
     for (int g = 0; g < TileN / 8; ++g) {
-      const bool upper = !T::kOneWeightScale && g >= upper_group;
+      const bool upper = !T::kOneWeightScale && g >= (kBoundary >= 0 ? kBoundary : upper_group);
       const float scale0 = upper ? s0_hi : s0_lo, scale1 = upper ? s1_hi : s1_lo;
       acc(4 * g + 0) = fmaf(partial(4 * g + 0), scale0, acc(4 * g + 0));
       acc(4 * g + 1) = fmaf(partial(4 * g + 1), scale0, acc(4 * g + 1));
@@ -286,13 +305,31 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   // Whole rounds of S blocks unrolled (stage indices constant), then the remaining blocks.
-  uint32_t phase = 0;
-  int kb = 0;
-  for (; kb + S <= p.k_blocks; kb += S, phase ^= 1) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int s = 0; s < S; ++s) block(s, phase, kb + s);
+  const auto k_loop = [&](auto boundary) {
+    uint32_t phase = 0;
+    int kb = 0;
+    for (; kb + S <= p.k_blocks; kb += S, phase ^= 1) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < S; ++s) block(s, phase, kb + s, boundary);
+    }
+    for (int s = 0; kb < p.k_blocks; ++kb, ++s) block(s, phase, kb, boundary);
+  };
+  if constexpr (kBoundaryAtCompileTime) {
+    // One loop per tile start modulo 128 (the starts are multiples of gcd(TileN, 128)); this tile's is upper_group.
+    constexpr int kStep = 128 / T::kStarts;
+    const auto dispatch = [&](auto start, auto& self) {
+      constexpr int kStart = decltype(start)::value;
+      if constexpr (kStart < 128) {
+        if (min(upper_group, T::kGroups) == T::boundary(kStart))
+          k_loop(cute::Int<T::boundary(kStart)>{});
+        else
+          self(cute::Int<kStart + kStep>{}, self);
+      }
+    };
+    dispatch(cute::Int<0>{}, dispatch);
+  } else {
+    k_loop(cute::Int<-1>{});
   }
-  for (int s = 0; kb < p.k_blocks; ++kb, ++s) block(s, phase, kb);
 
   Out* d = static_cast<Out*>(p.d);
   CUTLASS_PRAGMA_UNROLL
