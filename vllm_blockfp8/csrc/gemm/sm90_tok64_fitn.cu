@@ -16,7 +16,7 @@
 // The K loop is unrolled by the stage count. Epilogue: direct 4-byte stores from registers, masked at M and N.
 // Non-persistent 1-D grid, a weight tile's token tiles on consecutive CTAs; K walked whole (no split, no workspace).
 // Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
-#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED  // wgmma N = 80 / 112 / 144 / 160 (the selector's exact shapes)
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED  // one wgmma per K slice at N = 48 / 80 / 112 / 144 / 160 too
 
 #include <cuda.h>
 #include <cuda_bf16.h>
