@@ -7,14 +7,15 @@
 // out) already that slow, or the loop alone (no loads), or neither (then their overlap)? Call 1 answered: the
 // data path (0.191 us at 64x32); the variants since take it apart. Twenty-third session: the same split at the
 // widths past 128 (144 / 160 / 192 at N = 9216 / 10240 / 11008), where multicasting the weight tile to the two
-// token tiles changed nothing (E23), and the row before E24 (the straddle boundary at run time) beside the row.
+// token tiles changed nothing (E23), and the row before E24 / E24b (the straddle boundary at run time) beside the
+// row; twenty-fourth session: also 48 / 80 wide (N = 3072 / 5120), E24b's other selected straddling widths.
 // The kernel's other probe bits (no math: twenty-third session call 4; per-stage weight scales, per-thread
 // releases: sixteenth session) are left out of this table to keep the compile short.
 //
 // It compiles the row's own kernel file with diagnostic bits (sm90_tok64_fitn.cu, namespace probe: no math,
 // no loads, the fifteenth session's per-stage weight-scale copy, a release by every math thread) and times each
-// variant at M = 128 on N = 2048 / 4096 / 6144 / 9216 / 10240 / 11008 (the rule's widths 32 / 64 / 96 / 144 / 160 /
-// 192) at K = 2048..8192: CUDA graphs
+// variant at M = 128 on N = 2048 / 3072 / 4096 / 5120 / 6144 / 9216 / 10240 / 11008 (the rule's widths 32 / 48 / 64 /
+// 80 / 96 / 144 / 160 / 192) at K = 2048..8192: CUDA graphs
 // of one launch per weight copy (copies past 256 MiB, so the weights come from DRAM as in the benchmarks),
 // median of 15 replays, then per K block = the slope of a least-squares fit of time against K blocks.
 //
@@ -54,7 +55,9 @@ template <int kProbe>
 cudaError_t launch_probe(const blockfp8::gemm::Problem& p, cudaStream_t stream) {
   switch (tok64::tile_n(p)) {
     case 32: return tok64::launch_width<32, __nv_bfloat16, kProbe>(p, stream);
+    case 48: return tok64::launch_width<48, __nv_bfloat16, kProbe>(p, stream);
     case 64: return tok64::launch_width<64, __nv_bfloat16, kProbe>(p, stream);
+    case 80: return tok64::launch_width<80, __nv_bfloat16, kProbe>(p, stream);
     case 96: return tok64::launch_width<96, __nv_bfloat16, kProbe>(p, stream);
     case 144: return tok64::launch_width<144, __nv_bfloat16, kProbe>(p, stream);
     case 160: return tok64::launch_width<160, __nv_bfloat16, kProbe>(p, stream);
@@ -75,7 +78,7 @@ const Variant kVariants[] = {
     {"no loads", launch_probe<pb::kNoLoads>},
     {"no loads, runtime bound.", launch_probe<pb::kNoLoads | pb::kRuntimeBoundary>},
 };
-constexpr int kNs[] = {2048, 4096, 6144, 9216, 10240, 11008};
+constexpr int kNs[] = {2048, 3072, 4096, 5120, 6144, 9216, 10240, 11008};
 
 struct Point {
   int n, k;
@@ -157,8 +160,9 @@ int main(int argc, char** argv) {
   printf("%-26s %6s %6s %10s %10s   us at K = 2048 / 4096 / 6144 / 8192\n", "variant", "n", "tile_n", "per block",
          "fixed");
   bool first = true;
-  for (const Variant& v : kVariants) {
-    for (int n : kNs) {
+  // Variants inner, so that a width's variants run close together in time (drift between them stays small).
+  for (int n : kNs) {
+    for (const Variant& v : kVariants) {
       std::vector<Point> pts;
       for (int k : kKs) pts.push_back({n, k, time_point(v, n, k, dev.sms)});
       double fixed, per_block;

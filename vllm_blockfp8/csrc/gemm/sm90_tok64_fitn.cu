@@ -12,7 +12,8 @@
 // scales (64 fp32) by TMA (lane 0) into a ring of 6-16 stages; one math warpgroup runs 4 m64nTileNk32 SS
 // wgmma per block into a fresh fragment, drains them, releases the stage (one arrive per warp) and
 // promotes: acc += partial * token scale (2 rows per thread) * weight scale (per 8-column group: the block
-// below or above the 128-row boundary; at 192 wide the boundary is a constant of one of two K-loop instantiations).
+// below or above the 128-row boundary; the boundary is a constant: of one of two K-loop instantiations at 192 wide,
+// of a promotion chosen by a uniform branch each K block at the other straddling widths).
 // The K loop is unrolled by the stage count. Epilogue: direct 4-byte stores from registers, masked at M and N.
 // Non-persistent 1-D grid, a weight tile's token tiles on consecutive CTAs; K walked whole (no split, no workspace).
 // Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
@@ -66,7 +67,8 @@ constexpr int kStageWeightScales = 4;  // the fifteenth session's weight scales:
 constexpr int kThreadRelease = 8;      // every math thread arrives on the empty barrier (count 128), not one
                                        // lane per warp
 constexpr int kRuntimeBoundary = 16;   // the straddle boundary as a runtime value at every width (the row before
-                                       // E24: a weight-scale select per 8-column group, twenty-third session)
+                                       // E24 and E24b: a weight-scale select per 8-column group, twenty-third
+                                       // session)
 }  // namespace probe
 
 template <int TileN>
@@ -89,12 +91,20 @@ struct Tile {
   // per group, multiplied it by both token scales and spilled the group predicates every K block: 254 SASS
   // instructions a block at 64x192, 141 at 64x96 against DeepGEMM's 90-94; gemm/NOTES.md twenty-third session).
   // With three or four loop copies (96, 160 wide) ptxas serialized the wgmma (C7520: a warpgroup arrive it had to
-  // insert in a divergent path), so those widths keep the runtime boundary.
+  // insert in a divergent path), so the other straddling widths branch per K block instead, after the drain, to a
+  // promotion with the boundary as a constant (E24b): the wgmma stay outside every branch.
   static constexpr int kGroups = TileN / 8;
   static constexpr int kStarts = 128 / std::gcd(TileN, 128);
+  static constexpr int kStartStep = 128 / kStarts;
   static constexpr bool kBoundaryAtCompileTime = !kOneWeightScale && kStarts <= 2;
   static_assert(kGroups * 8 == TileN, "8-column groups of the wgmma accumulator");
   static constexpr int boundary(int start) { return std::min(kGroups, (128 - start % 128) / 8); }
+  // Whether no earlier tile start has this start's boundary (the per-block branch tests each boundary once).
+  static constexpr bool new_boundary(int start) {
+    for (int s = 0; s < start; s += kStartStep)
+      if (boundary(s) == boundary(start)) return false;
+    return true;
+  }
   static_assert(kStages >= 4, "too few stages to keep the loads in flight");
   static_assert(kSmem <= kSmemBytes, "shared memory over the SM90 maximum");
   using Mma = decltype(make_tiled_mma(SM90::GMMA::ss_op_selector<Fp8, Fp8, float, Shape<_64, Int<TileN>, _32>>()));
@@ -138,6 +148,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kStageScales = kProbe & probe::kStageWeightScales;
   constexpr bool kThreadRelease = kProbe & probe::kThreadRelease;
   constexpr bool kBoundaryAtCompileTime = T::kBoundaryAtCompileTime && !(kProbe & probe::kRuntimeBoundary);
+  constexpr bool kBoundaryPerBlock =
+      !T::kOneWeightScale && !T::kBoundaryAtCompileTime && !(kProbe & probe::kRuntimeBoundary);
   constexpr int kFullArrivals = kStageScales ? 2 : 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Aligned by an offset from smem_raw, so that the compiler still knows every pointer below is shared memory and
@@ -264,7 +276,43 @@ __global__ void __launch_bounds__(kThreads, 1)
   // K block kb on stage s (a constant inside the unrolled rounds below, so its descriptors and scale
   // addresses fold): wait for the stage, 4 wgmma into the fresh fragment, the token scale loads under them,
   // drain, release the stage, promote.
-  // kBoundary: the boundary group as a constant (E24), or -1: upper_group at run time.
+  // The fresh fragment into acc, each 8-column group with its weight scale's products: groups from `boundary` on
+  // take the block above's. boundary: a constant (E24, E24b), or -1: upper_group at run time (a select per group).
+  const auto promote = [&](auto boundary, const float s0_lo, const float s1_lo, const float s0_hi,
+                           const float s1_hi) {
+    constexpr int kBoundary = decltype(boundary)::value;
+    CUTLASS_PRAGMA_UNROLL
+    for (int g = 0; g < TileN / 8; ++g) {
+      const bool upper = !T::kOneWeightScale && g >= (kBoundary >= 0 ? kBoundary : upper_group);
+      const float scale0 = upper ? s0_hi : s0_lo, scale1 = upper ? s1_hi : s1_lo;
+      acc(4 * g + 0) = fmaf(partial(4 * g + 0), scale0, acc(4 * g + 0));
+      acc(4 * g + 1) = fmaf(partial(4 * g + 1), scale0, acc(4 * g + 1));
+      acc(4 * g + 2) = fmaf(partial(4 * g + 2), scale1, acc(4 * g + 2));
+      acc(4 * g + 3) = fmaf(partial(4 * g + 3), scale1, acc(4 * g + 3));
+    }
+  };
+  // E24b: one uniform branch per K block to the promotion for this tile's boundary (each distinct boundary of the
+  // width tested once; the last start's is the fall-through).
+  const int tile_boundary = __shfl_sync(0xffffffffu, min(upper_group, T::kGroups), 0);
+  const auto promote_per_block = [&](const float s0_lo, const float s1_lo, const float s0_hi, const float s1_hi) {
+    const auto dispatch = [&](auto start, auto& self) {
+      constexpr int kStart = decltype(start)::value;
+      constexpr int kBoundary = T::boundary(kStart);
+      if constexpr (kStart + T::kStartStep >= 128) {
+        promote(cute::Int<kBoundary>{}, s0_lo, s1_lo, s0_hi, s1_hi);
+      } else if constexpr (!T::new_boundary(kStart)) {
+        self(cute::Int<kStart + T::kStartStep>{}, self);
+      } else {
+        if (tile_boundary == kBoundary)
+          promote(cute::Int<kBoundary>{}, s0_lo, s1_lo, s0_hi, s1_hi);
+        else
+          self(cute::Int<kStart + T::kStartStep>{}, self);
+      }
+    };
+    dispatch(cute::Int<0>{}, dispatch);
+  };
+  // kBoundary: the boundary group as a constant (E24), or -1: E24b's branch per block, or the select per group
+  // (probe::kRuntimeBoundary).
   auto block = [&](const int s, const uint32_t phase, const int kb, auto boundary) {
     constexpr int kBoundary = decltype(boundary)::value;
     float2 w = make_float2(0.f, 0.f);
@@ -294,15 +342,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float s0_lo = t0 * w.x, s1_lo = t1 * w.x;
     float s0_hi = s0_lo, s1_hi = s1_lo;
     if constexpr (!T::kOneWeightScale) s0_hi = t0 * w.y, s1_hi = t1 * w.y;
-    CUTLASS_PRAGMA_UNROLL
-    for (int g = 0; g < TileN / 8; ++g) {
-      const bool upper = !T::kOneWeightScale && g >= (kBoundary >= 0 ? kBoundary : upper_group);
-      const float scale0 = upper ? s0_hi : s0_lo, scale1 = upper ? s1_hi : s1_lo;
-      acc(4 * g + 0) = fmaf(partial(4 * g + 0), scale0, acc(4 * g + 0));
-      acc(4 * g + 1) = fmaf(partial(4 * g + 1), scale0, acc(4 * g + 1));
-      acc(4 * g + 2) = fmaf(partial(4 * g + 2), scale1, acc(4 * g + 2));
-      acc(4 * g + 3) = fmaf(partial(4 * g + 3), scale1, acc(4 * g + 3));
-    }
+    if constexpr (kBoundary < 0 && kBoundaryPerBlock)
+      promote_per_block(s0_lo, s1_lo, s0_hi, s1_hi);
+    else
+      promote(boundary, s0_lo, s1_lo, s0_hi, s1_hi);
   };
   // Whole rounds of S blocks unrolled (stage indices constant), then the remaining blocks.
   const auto k_loop = [&](auto boundary) {
