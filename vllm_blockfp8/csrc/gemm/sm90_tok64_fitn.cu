@@ -12,8 +12,7 @@
 // scales (64 fp32) by TMA (lane 0) into a ring of 6-16 stages; one math warpgroup runs 4 m64nTileNk32 SS
 // wgmma per block into a fresh fragment, drains them, releases the stage (one arrive per warp) and
 // promotes: acc += partial * token scale (2 rows per thread) * weight scale (per 8-column group: the block
-// below or above the 128-row boundary; the boundary is a constant: of one of two K-loop instantiations at 192 wide,
-// of a promotion chosen by a uniform branch each K block at the other straddling widths).
+// below or above the 128-row boundary, a constant of one of the width's K-loop instantiations, one per boundary).
 // The K loop is unrolled by the stage count. Epilogue: direct 4-byte stores from registers, masked at M and N.
 // Non-persistent 1-D grid, a weight tile's token tiles on consecutive CTAs; K walked whole (no split, no workspace).
 // Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
@@ -27,6 +26,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "cute/tensor.hpp"
 #include "cute/arch/copy_sm90_desc.hpp"
@@ -69,6 +69,8 @@ constexpr int kThreadRelease = 8;      // every math thread arrives on the empty
 constexpr int kRuntimeBoundary = 16;   // the straddle boundary as a runtime value at every width (the row before
                                        // E24 and E24b: a weight-scale select per 8-column group, twenty-third
                                        // session)
+constexpr int kPromotionBranch = 32;   // one K loop; a uniform branch per K block, after the drain, to a promotion
+                                       // with the boundary as a constant (E24b's alternative)
 }  // namespace probe
 
 template <int TileN>
@@ -90,16 +92,15 @@ struct Tile {
   // group's scale product is a compile-time choice (E24: at a runtime boundary the compiler selected a weight scale
   // per group, multiplied it by both token scales and spilled the group predicates every K block: 254 SASS
   // instructions a block at 64x192, 141 at 64x96 against DeepGEMM's 90-94; gemm/NOTES.md twenty-third session).
-  // With three or four loop copies (96, 160 wide) ptxas serialized the wgmma (C7520: a warpgroup arrive it had to
-  // insert in a divergent path), so the other straddling widths branch per K block instead, after the drain, to a
-  // promotion with the boundary as a constant (E24b): the wgmma stay outside every branch.
+  // E24b: every straddling width. (E24 dispatched by a recursive lambda, which ptxas kept as an out-of-line call
+  // with three or more copies and then serialized the wgmma inside it: C7519 / C7520 at 96 and 160 wide.)
   static constexpr int kGroups = TileN / 8;
   static constexpr int kStarts = 128 / std::gcd(TileN, 128);
   static constexpr int kStartStep = 128 / kStarts;
-  static constexpr bool kBoundaryAtCompileTime = !kOneWeightScale && kStarts <= 2;
+  static constexpr bool kBoundaryAtCompileTime = !kOneWeightScale;
   static_assert(kGroups * 8 == TileN, "8-column groups of the wgmma accumulator");
   static constexpr int boundary(int start) { return std::min(kGroups, (128 - start % 128) / 8); }
-  // Whether no earlier tile start has this start's boundary (the per-block branch tests each boundary once).
+  // Whether no earlier tile start has this start's boundary (the dispatch tests each boundary once).
   static constexpr bool new_boundary(int start) {
     for (int s = 0; s < start; s += kStartStep)
       if (boundary(s) == boundary(start)) return false;
@@ -127,6 +128,14 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// f(Int<I>{}) for each I, unrolled. Every lambda of the math warpgroup is marked always-inline as well: with a K-loop
+// copy per boundary, ptxas otherwise kept the dispatch as out-of-line calls and serialized the wgmma in them (C7519).
+#define TOK64_INLINE __attribute__((always_inline))
+template <class F, int... I>
+__device__ __forceinline__ void for_each_index(F&& f, std::integer_sequence<int, I...>) {
+  (f(cute::Int<I>{}), ...);
+}
+
 template <class Out>
 __device__ __forceinline__ void store_pair(Out* d, float x, float y);
 template <>
@@ -147,9 +156,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kMath = !(kProbe & probe::kNoMath), kLoads = !(kProbe & probe::kNoLoads);
   constexpr bool kStageScales = kProbe & probe::kStageWeightScales;
   constexpr bool kThreadRelease = kProbe & probe::kThreadRelease;
-  constexpr bool kBoundaryAtCompileTime = T::kBoundaryAtCompileTime && !(kProbe & probe::kRuntimeBoundary);
+  constexpr bool kBoundaryAtCompileTime =
+      T::kBoundaryAtCompileTime && !(kProbe & (probe::kRuntimeBoundary | probe::kPromotionBranch));
   constexpr bool kBoundaryPerBlock =
-      !T::kOneWeightScale && !T::kBoundaryAtCompileTime && !(kProbe & probe::kRuntimeBoundary);
+      !T::kOneWeightScale && (kProbe & probe::kPromotionBranch) && !(kProbe & probe::kRuntimeBoundary);
   constexpr int kFullArrivals = kStageScales ? 2 : 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Aligned by an offset from smem_raw, so that the compiler still knows every pointer below is shared memory and
@@ -265,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int upper_group = ((scale_block + 1) * 128 - n0) / 8;
 
   // Release of stage s once this thread's reads of it are done.
-  const auto release = [&](const int s) {
+  const auto release = [&](const int s) TOK64_INLINE {
     if constexpr (kThreadRelease) {
       Barrier::arrive(&empty[s]);
     } else {
@@ -279,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The fresh fragment into acc, each 8-column group with its weight scale's products: groups from `boundary` on
   // take the block above's. boundary: a constant (E24, E24b), or -1: upper_group at run time (a select per group).
   const auto promote = [&](auto boundary, const float s0_lo, const float s1_lo, const float s0_hi,
-                           const float s1_hi) {
+                           const float s1_hi) TOK64_INLINE {
     constexpr int kBoundary = decltype(boundary)::value;
     CUTLASS_PRAGMA_UNROLL
     for (int g = 0; g < TileN / 8; ++g) {
@@ -291,29 +301,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       acc(4 * g + 3) = fmaf(partial(4 * g + 3), scale1, acc(4 * g + 3));
     }
   };
-  // E24b: one uniform branch per K block to the promotion for this tile's boundary (each distinct boundary of the
-  // width tested once; the last start's is the fall-through).
+  // f(Int<this tile's boundary group>): one uniform test per distinct boundary of the width (tile starts are
+  // multiples of gcd(TileN, 128) modulo 128), unrolled by for_each, not a recursive lambda (see Tile). The boundary
+  // is read through a shuffle, so that ptxas sees one value per warp.
   const int tile_boundary = __shfl_sync(0xffffffffu, min(upper_group, T::kGroups), 0);
-  const auto promote_per_block = [&](const float s0_lo, const float s1_lo, const float s0_hi, const float s1_hi) {
-    const auto dispatch = [&](auto start, auto& self) {
-      constexpr int kStart = decltype(start)::value;
-      constexpr int kBoundary = T::boundary(kStart);
-      if constexpr (kStart + T::kStartStep >= 128) {
-        promote(cute::Int<kBoundary>{}, s0_lo, s1_lo, s0_hi, s1_hi);
-      } else if constexpr (!T::new_boundary(kStart)) {
-        self(cute::Int<kStart + T::kStartStep>{}, self);
-      } else {
-        if (tile_boundary == kBoundary)
-          promote(cute::Int<kBoundary>{}, s0_lo, s1_lo, s0_hi, s1_hi);
-        else
-          self(cute::Int<kStart + T::kStartStep>{}, self);
-      }
-    };
-    dispatch(cute::Int<0>{}, dispatch);
+  const auto with_tile_boundary = [&](auto&& f) TOK64_INLINE {
+    for_each_index([&](auto i) TOK64_INLINE {
+      constexpr int kStart = decltype(i)::value * T::kStartStep;
+      if constexpr (T::new_boundary(kStart))
+        if (tile_boundary == T::boundary(kStart)) f(cute::Int<T::boundary(kStart)>{});
+    }, std::make_integer_sequence<int, T::kStarts>{});
   };
-  // kBoundary: the boundary group as a constant (E24), or -1: E24b's branch per block, or the select per group
-  // (probe::kRuntimeBoundary).
-  auto block = [&](const int s, const uint32_t phase, const int kb, auto boundary) {
+  // kBoundary: the boundary group as a constant (E24, E24b), or -1: the select per group (probe::kRuntimeBoundary)
+  // or a branch per block (probe::kPromotionBranch).
+  auto block = [&](const int s, const uint32_t phase, const int kb, auto boundary) TOK64_INLINE {
     constexpr int kBoundary = decltype(boundary)::value;
     float2 w = make_float2(0.f, 0.f);
     if (resident_scales)
@@ -343,12 +344,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     float s0_hi = s0_lo, s1_hi = s1_lo;
     if constexpr (!T::kOneWeightScale) s0_hi = t0 * w.y, s1_hi = t1 * w.y;
     if constexpr (kBoundary < 0 && kBoundaryPerBlock)
-      promote_per_block(s0_lo, s1_lo, s0_hi, s1_hi);
+      with_tile_boundary([&](auto b) TOK64_INLINE { promote(b, s0_lo, s1_lo, s0_hi, s1_hi); });
     else
       promote(boundary, s0_lo, s1_lo, s0_hi, s1_hi);
   };
   // Whole rounds of S blocks unrolled (stage indices constant), then the remaining blocks.
-  const auto k_loop = [&](auto boundary) {
+  const auto k_loop = [&](auto boundary) TOK64_INLINE {
     uint32_t phase = 0;
     int kb = 0;
     for (; kb + S <= p.k_blocks; kb += S, phase ^= 1) {
@@ -358,18 +359,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; kb < p.k_blocks; ++kb, ++s) block(s, phase, kb, boundary);
   };
   if constexpr (kBoundaryAtCompileTime) {
-    // One loop per tile start modulo 128 (the starts are multiples of gcd(TileN, 128)); this tile's is upper_group.
-    constexpr int kStep = 128 / T::kStarts;
-    const auto dispatch = [&](auto start, auto& self) {
-      constexpr int kStart = decltype(start)::value;
-      if constexpr (kStart < 128) {
-        if (min(upper_group, T::kGroups) == T::boundary(kStart))
-          k_loop(cute::Int<T::boundary(kStart)>{});
-        else
-          self(cute::Int<kStart + kStep>{}, self);
-      }
-    };
-    dispatch(cute::Int<0>{}, dispatch);
+    with_tile_boundary(k_loop);  // one K loop per boundary the width can have
   } else {
     k_loop(cute::Int<-1>{});
   }
