@@ -213,11 +213,11 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (128, 8192, 2048, "sm90_swapab_128x64x128_ovl_persistent"),  # 128 tiles, but 128 wide; 256 64-row tiles
     (128, 9216, 3072, "sm90_tok64_fitn"),  # 2 x 64 tiles of 64x144: one wave (144 128x64 tiles: two)
     (100, 9216, 3072, "sm90_tok64_fitn"),  # the same at M = 100
-    (96, 11008, 4096, "sm90_tok64_fitn"),  # 2 x 58 tiles of 64x192, below M = 112
-    (112, 12288, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 64x192 from M = 112: not taken
-    (112, 11008, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # nor against E20b's thin second wave
-    (112, 11776, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # 184 128x64 tiles: second wave 52 / 132, the most taken
-    (112, 11904, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 186 tiles: 54 / 132, more than 40% full
+    (96, 11008, 4096, "sm90_tok64_fitn"),  # 2 x 58 tiles of 64x192
+    (112, 12288, 4096, "sm90_tok64_fitn"),  # 2 x 64 tiles of 64x192 at M = 112..128 too (E22c)
+    (112, 11008, 4096, "sm90_tok64_fitn"),  # ahead of E20b's thin second wave (172 128x64 tiles)
+    (128, 12672, 4096, "sm90_tok64_fitn"),  # 2 x 66 tiles of 64x192: the widest one wave
+    (128, 12680, 4096, "sm90_swapab_128x64x128_ovl_persistent"),  # 2 x 67 tiles: no tok64 width fits one wave
     (128, 17920, 1536, "sm90_swapab_128x64x128_ovl_persistent"),  # 280 tiles: three waves (~0.99, not taken)
     (128, 1536, 7168, "sm90_tok64_fitn"),  # 2 x 48 tiles of 64x32: 96, the fewest measured
     (64, 4096, 4096, "sm90_swapab_64x32x128_pp_ovl"),  # M <= 64: the swap rows
@@ -226,7 +226,7 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (128, 576, 7168, "sm90_swapab_128x64x128_ovl_slicek"),  # 72 tiles of 64x16 (< 96): 4 slices
     (96, 2048, 4096, "sm90_tok64_fitn"),  # 64x32 tiles ahead of the 64-row swap tiles and the slices
     (128, 7168, 12288, "sm90_swapab_128x64x128_ovl_persistent"),  # 128 tiles of 64x112 (> 96)
-    (128, 11008, 4096, "sm90_swapab_64x64x128_pp_ovl"),  # 230 tok64 tiles; 172 128x64 tiles, 40 in the second wave
+    (128, 11008, 4096, "sm90_tok64_fitn"),  # 2 x 58 tiles of 64x192 (E22c; E20b's 64x64 row before)
     (124, 8832, 2048, "sm90_tok64_fitn"),  # 2 x 62 tiles of 64x144, ahead of E20b's 64x64 row
     (128, 2048, 12288, "sm90_tok64_fitn"),  # 128 tiles of 64x32 (the 128x64 row would stream-K)
     (128, 1024, 24576, "sm90_swapab_128x64x128_ovl"),  # 128 tiles, but 16 wide (unmeasured): stream-K
@@ -269,6 +269,11 @@ def test_sm90_gemm_selection_at_132_sms():
     assert ops.gemm_k_plan(-1, 96, 2048, 2048, 132)["row"] == "sm90_tok64_fitn"
     assert ops.gemm_k_plan(-1, 96, 2048, 2048, 127)["row"] == "sm90_swapab_64x64x128_pp_ovl", "128 tiles > 127 SMs"
     assert ops.gemm_k_plan(-1, 96, 1984, 2048, 132)["row"] == "sm90_tok64_fitn", "124 tiles of 64x32"
+    # E20b's thin second wave (M = 112..128, the 128x64 row's second wave at most 40% full) decides only where the
+    # tok64 row's 96-tile minimum cannot be met: 78 SMs (H20). 6144 wide: 96 128x64 tiles, 18 in the second wave.
+    assert ops.gemm_k_plan(-1, 112, 6144, 4096, 78)["row"] == "sm90_swapab_64x64x128_pp_ovl"
+    assert ops.gemm_k_plan(-1, 112, 7168, 4096, 78)["row"] == "sm90_swapab_128x64x128_ovl_persistent", "34 > 31"
+    assert ops.gemm_k_plan(-1, 112, 11008, 4096, 132)["row"] == "sm90_tok64_fitn"
 
 
 GEMM_ORDERS_AT_132_SMS = [  # (m, n, k, order): sm90.cu's default order with sm90_kernel.cuh's swizzle fit

@@ -8,8 +8,7 @@
 // data path (0.191 us at 64x32); the variants since take it apart. Twenty-third session: the same split at the
 // widths past 128 (144 / 160 / 192 at N = 9216 / 10240 / 11008), where multicasting the weight tile to the two
 // token tiles changed nothing (E23), and the row before E24 / E24b (the straddle boundary at run time) beside the
-// row; twenty-fourth session: also 48 / 80 wide (N = 3072 / 5120), E24b's other selected straddling widths, and
-// E24b's alternative (one K loop, a branch per block to the promotion for the tile's boundary).
+// row; twenty-fourth session: also 48 / 80 wide (N = 3072 / 5120), the other selected straddling widths.
 // The kernel's other probe bits (no math: twenty-third session call 4; per-stage weight scales, per-thread
 // releases: sixteenth session) are left out of this table to keep the compile short.
 //
@@ -76,7 +75,6 @@ namespace pb = tok64::probe;
 const Variant kVariants[] = {
     {"row", launch_probe<0>},
     {"row, runtime boundary", launch_probe<pb::kRuntimeBoundary>},
-    {"row, promotion branch", launch_probe<pb::kPromotionBranch>},
     {"no loads", launch_probe<pb::kNoLoads>},
     {"no loads, runtime bound.", launch_probe<pb::kNoLoads | pb::kRuntimeBoundary>},
 };

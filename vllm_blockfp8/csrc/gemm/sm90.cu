@@ -9,7 +9,8 @@
 // one file per row of the table below (the `_ovl` rows run our own consumer loop on that collective:
 // sm90_overlap_mainloop.cuh); the `sm90_tok64_fitn` row is a kernel of our own (sm90_tok64_fitn.cu:
 // 64-token tiles, a weight-tile width per problem). A row may carry a selection precondition (mostly the
-// 64-row rows: their tiles fill one wave, or at M = 112..128 the 128x64 row leaves a thin second wave; the
+// 64-row rows: their tiles fill one wave, or at M = 112..128 the 128x64 row leaves a thin second wave (below 96
+// SMs); the
 // tok64 row: 96 tiles up to one wave, 32-96 wide (144-192 where no other row fits one wave), M = 65..128;
 // the 128x32 row above M = 48: few 64-row tiles;
 // the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row; the
@@ -102,22 +103,21 @@ bool keeps_128x32(const Problem& p) {
 // wide at one wave it was 1.03-1.13x on the benchmark set, and at M <= 64, against the swap rows' 32- and
 // 64-token tiles, 0.89-1.39x (gemm/NOTES.md fifteenth and sixteenth sessions, E9).
 // Outside what was measured there (fewer than 96 tiles, or 16 wide) the rows after it keep the problem.
-// Past 128 wide (E22b, N = 8449..12672 at two token tiles, where every other row needs two waves): 144 and 160 at
-// any such M, 192 below M = 112 (from there E20b's 64x64 row beat it, 1.02-1.10x; 112-128 wide lost, above):
-// 0.68-0.96x the selected row's time at 34 points of call 1, then 0.66-0.98x (geomean 0.779) at 26 fresh held-out
-// points of 7 layers at M = 72..120 (gemm/NOTES.md twenty-third session, E22b).
+// Past 128 wide (N = 8449..12672 at two token tiles, where every other row needs two waves): 144, 160 and 192.
+// E22b: 0.66-0.98x the selected row's time (geomean 0.779) at 26 fresh held-out points of 7 layers at M = 72..120,
+// 192 then only below M = 112, where E20b's 64x64 row beat it (1.02-1.10x); after E24 (the 192-wide loop 0.73x) also
+// at M = 112..128 (E22c): 0.82-1.02x (geomean 0.888) at 21 fit points, 0.81-0.94x (geomean 0.868) at 15 held-out
+// ones (gemm/NOTES.md twenty-third and twenty-fourth sessions).
 constexpr int64_t kTok64MaxM = 128;
 constexpr int kTok64MinWidth = 32, kTok64MaxWidth = 96;
-constexpr int kTok64WideMinWidth = 144, kTok64WideMaxWidth = 160, kTok64Widest = 192;
-constexpr int64_t kTok64WidestMaxM = 111;
+constexpr int kTok64WideMinWidth = 144, kTok64WideMaxWidth = 192;
 constexpr int64_t kTok64MinTiles = 96;
 bool prefers_tok64(const Problem& p) {
   if (p.m <= kSmallRowsMaxM) return false;
   const int width = sm90::tok64::tile_n(p);
   const int64_t tiles = sm90::tok64::tile_count(p, width);
   const bool measured_width = (width >= kTok64MinWidth && width <= kTok64MaxWidth) ||
-                              (width >= kTok64WideMinWidth && width <= kTok64WideMaxWidth) ||
-                              (width == kTok64Widest && p.m <= kTok64WidestMaxM);
+                              (width >= kTok64WideMinWidth && width <= kTok64WideMaxWidth);
   return measured_width && tiles >= kTok64MinTiles && tiles <= p.sm_count;
 }
 
@@ -129,7 +129,9 @@ bool prefers_tok64(const Problem& p) {
 //   on 132 SMs): the finer tiles waste less of the thin second wave. 0.897-0.930x the 128x64 row's time at all
 //   20 such points of the fit and the first held-out set, 0.90-0.92x (geomean 0.911) at 15 fresh held-out ones
 //   (gemm/NOTES.md twenty-first and twenty-second sessions, E20b). At M = 100 it lost (1.01-1.05x), at M = 104-108
-//   it took ~0.95x, and with three or more waves ~0.99x: none of those is taken.
+//   it took ~0.95x, and with three or more waves ~0.99x: none of those is taken. Since E22c the tok64 row, listed
+//   above, takes all these problems on GPUs of 96 SMs or more (one wave of 144-192-wide tiles); the clause decides
+//   where the tok64 row's 96-tile minimum cannot be met (fewer SMs, e.g. the H20's 78).
 // At M <= 64 the rows above leave it only the layers where the 64x32 row's tiles exceed one wave
 // other than at 3 waves against 2 (M = 49..64, prefers_64x32, keeps_128x32).
 using Sm90Pingpong64x64 = Config<true, 64, 64, 1, 1, Schedule::kPingpong, Consumer::kOverlap>;
@@ -231,8 +233,9 @@ const Sm90Row kRows[] = {
       "tiles, one math warpgroup, the weight-tile width picked so the tiles fill about one wave (straddling 128-row "
       "scale blocks), our own TMA/wgmma kernel with the weight scales resident in shared memory; 0.83-1.13x the row it displaces "
       "(geomean 0.948 at 46 held-out points, slower than 1.03x at 3; 0.929 at 16 benchmark points; "
-      "gemm/NOTES.md sixteenth session, E9); 144 and 160 wide, and 192 below M = 112, where every other row needs "
-      "two waves (N = 8449..12672): 0.66-0.98x (geomean 0.779 at 26 fresh held-out points; twenty-third session, E22b)",
+      "gemm/NOTES.md sixteenth session, E9); 144-192 wide, where every other row needs two waves (N = 8449..12672): "
+      "0.66-0.98x (geomean 0.779 at 26 fresh held-out points; twenty-third session, E22b), 192 wide at M = 112..128 "
+      "0.81-0.94x (geomean 0.868 at 15 held-out points; twenty-fourth session, E22c)",
       &prefers_tok64),
   make_row<Sm90Pingpong64x64>("sm90_swapab_64x64x128_pp_ovl", kSwapRowsMaxM,
       "M = 49..64 where the 64x32 row's tiles exceed one wave (but not 3 waves against 2): one 64-token tile per weight tile streams each weight "

@@ -67,10 +67,7 @@ constexpr int kStageWeightScales = 4;  // the fifteenth session's weight scales:
 constexpr int kThreadRelease = 8;      // every math thread arrives on the empty barrier (count 128), not one
                                        // lane per warp
 constexpr int kRuntimeBoundary = 16;   // the straddle boundary as a runtime value at every width (the row before
-                                       // E24 and E24b: a weight-scale select per 8-column group, twenty-third
-                                       // session)
-constexpr int kPromotionBranch = 32;   // one K loop; a uniform branch per K block, after the drain, to a promotion
-                                       // with the boundary as a constant (E24b's alternative)
+                                       // E24: a weight-scale select per 8-column group, twenty-third session)
 }  // namespace probe
 
 template <int TileN>
@@ -92,12 +89,13 @@ struct Tile {
   // group's scale product is a compile-time choice (E24: at a runtime boundary the compiler selected a weight scale
   // per group, multiplied it by both token scales and spilled the group predicates every K block: 254 SASS
   // instructions a block at 64x192, 141 at 64x96 against DeepGEMM's 90-94; gemm/NOTES.md twenty-third session).
-  // E24b: every straddling width. (E24 dispatched by a recursive lambda, which ptxas kept as an out-of-line call
-  // with three or more copies and then serialized the wgmma inside it: C7519 / C7520 at 96 and 160 wide.)
+  // At 48-160 wide, loop copies (E24b: compiled, inlined, no C75xx) took the loop alone 0.90-0.96x its time a K block
+  // at 96-160 (1.03-1.06x at 48 / 80) and the row 0.97-1.05x (the data path binds there): not worth ~3x the unit's
+  // compile time, so those widths keep the runtime boundary (gemm/NOTES.md twenty-fourth session).
   static constexpr int kGroups = TileN / 8;
   static constexpr int kStarts = 128 / std::gcd(TileN, 128);
   static constexpr int kStartStep = 128 / kStarts;
-  static constexpr bool kBoundaryAtCompileTime = !kOneWeightScale;
+  static constexpr bool kBoundaryAtCompileTime = !kOneWeightScale && kStarts <= 2;
   static_assert(kGroups * 8 == TileN, "8-column groups of the wgmma accumulator");
   static constexpr int boundary(int start) { return std::min(kGroups, (128 - start % 128) / 8); }
   // Whether no earlier tile start has this start's boundary (the dispatch tests each boundary once).
@@ -128,8 +126,9 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// f(Int<I>{}) for each I, unrolled. Every lambda of the math warpgroup is marked always-inline as well: with a K-loop
-// copy per boundary, ptxas otherwise kept the dispatch as out-of-line calls and serialized the wgmma in them (C7519).
+// f(Int<I>{}) for each I, unrolled. Every lambda of the math warpgroup is marked always-inline as well: E24's
+// dispatch by a recursive lambda stayed an out-of-line call wherever it had three or more K-loop copies, and ptxas
+// serialized the wgmma inside it (C7519 / C7520; twenty-fourth session).
 #define TOK64_INLINE __attribute__((always_inline))
 template <class F, int... I>
 __device__ __forceinline__ void for_each_index(F&& f, std::integer_sequence<int, I...>) {
@@ -156,10 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kMath = !(kProbe & probe::kNoMath), kLoads = !(kProbe & probe::kNoLoads);
   constexpr bool kStageScales = kProbe & probe::kStageWeightScales;
   constexpr bool kThreadRelease = kProbe & probe::kThreadRelease;
-  constexpr bool kBoundaryAtCompileTime =
-      T::kBoundaryAtCompileTime && !(kProbe & (probe::kRuntimeBoundary | probe::kPromotionBranch));
-  constexpr bool kBoundaryPerBlock =
-      !T::kOneWeightScale && (kProbe & probe::kPromotionBranch) && !(kProbe & probe::kRuntimeBoundary);
+  constexpr bool kBoundaryAtCompileTime = T::kBoundaryAtCompileTime && !(kProbe & probe::kRuntimeBoundary);
   constexpr int kFullArrivals = kStageScales ? 2 : 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Aligned by an offset from smem_raw, so that the compiler still knows every pointer below is shared memory and
@@ -287,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // addresses fold): wait for the stage, 4 wgmma into the fresh fragment, the token scale loads under them,
   // drain, release the stage, promote.
   // The fresh fragment into acc, each 8-column group with its weight scale's products: groups from `boundary` on
-  // take the block above's. boundary: a constant (E24, E24b), or -1: upper_group at run time (a select per group).
+  // take the block above's. boundary: a constant (E24), or -1: upper_group at run time (a select per group).
   const auto promote = [&](auto boundary, const float s0_lo, const float s1_lo, const float s0_hi,
                            const float s1_hi) TOK64_INLINE {
     constexpr int kBoundary = decltype(boundary)::value;
@@ -302,8 +298,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   // f(Int<this tile's boundary group>): one uniform test per distinct boundary of the width (tile starts are
-  // multiples of gcd(TileN, 128) modulo 128), unrolled by for_each, not a recursive lambda (see Tile). The boundary
-  // is read through a shuffle, so that ptxas sees one value per warp.
+  // multiples of gcd(TileN, 128) modulo 128), unrolled by a fold (see for_each_index). The boundary is read through a
+  // shuffle, so that ptxas sees one value per warp.
   const int tile_boundary = __shfl_sync(0xffffffffu, min(upper_group, T::kGroups), 0);
   const auto with_tile_boundary = [&](auto&& f) TOK64_INLINE {
     for_each_index([&](auto i) TOK64_INLINE {
@@ -312,8 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (tile_boundary == T::boundary(kStart)) f(cute::Int<T::boundary(kStart)>{});
     }, std::make_integer_sequence<int, T::kStarts>{});
   };
-  // kBoundary: the boundary group as a constant (E24, E24b), or -1: the select per group (probe::kRuntimeBoundary)
-  // or a branch per block (probe::kPromotionBranch).
+  // kBoundary: the boundary group as a constant (E24), or -1: a select per group.
   auto block = [&](const int s, const uint32_t phase, const int kb, auto boundary) TOK64_INLINE {
     constexpr int kBoundary = decltype(boundary)::value;
     float2 w = make_float2(0.f, 0.f);
@@ -343,10 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float s0_lo = t0 * w.x, s1_lo = t1 * w.x;
     float s0_hi = s0_lo, s1_hi = s1_lo;
     if constexpr (!T::kOneWeightScale) s0_hi = t0 * w.y, s1_hi = t1 * w.y;
-    if constexpr (kBoundary < 0 && kBoundaryPerBlock)
-      with_tile_boundary([&](auto b) TOK64_INLINE { promote(b, s0_lo, s1_lo, s0_hi, s1_hi); });
-    else
-      promote(boundary, s0_lo, s1_lo, s0_hi, s1_hi);
+    promote(boundary, s0_lo, s1_lo, s0_hi, s1_hi);
   };
   // Whole rounds of S blocks unrolled (stage indices constant), then the remaining blocks.
   const auto k_loop = [&](auto boundary) TOK64_INLINE {
