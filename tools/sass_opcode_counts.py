@@ -37,8 +37,9 @@ def main(argv: list[str]) -> int:
     ops = args.ops.split(",")
     print(f"{'kernel':<60} {'total':>6} " + " ".join(f"{o:>8}" for o in ops))
     for name, c in sorted(counts(sys.stdin).items()):
-        if re.search(args.match, name):
-            print(f"{name[:60]:<60} {sum(c.values()):>6} " + " ".join(f"{c[o]:>8}" for o in ops))
+        if m := re.search(args.match, name):
+            shown = name[m.start():][:60]  # from the match on: the template arguments, not the namespaces
+            print(f"{shown:<60} {sum(c.values()):>6} " + " ".join(f"{c[o]:>8}" for o in ops))
     return 0
 
 

@@ -13,7 +13,7 @@ namespace blockfp8::gemm::sm90::tok64 {
 
 // The weight-tile widths the unit instantiates (the kernel's N tile; tokens are 64 a tile). Past 128 only the
 // widths whose tiles (at multiples of the width) never touch more than two 128-row weight scale blocks: 176
-// would touch three; 256 needs more than the 255 registers a thread has (192: 223, 0 spill).
+// would touch three; 256 needs more than the 255 registers a thread has (192: 214, 160: 255, 0 spill).
 inline constexpr int kTileWidths[] = {16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192};
 inline constexpr int kTokenTile = 64;
 

@@ -308,9 +308,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (tile_boundary == T::boundary(kStart)) f(cute::Int<T::boundary(kStart)>{});
     }, std::make_integer_sequence<int, T::kStarts>{});
   };
-  // kBoundary: the boundary group as a constant (E24), or -1: a select per group.
+  // boundary: Int<the boundary group> (E24), or Int<-1>: a select per group.
   auto block = [&](const int s, const uint32_t phase, const int kb, auto boundary) TOK64_INLINE {
-    constexpr int kBoundary = decltype(boundary)::value;
     float2 w = make_float2(0.f, 0.f);
     if (resident_scales)
       w = make_float2(smem_b_scale[kb], T::kOneWeightScale ? 0.f : smem_b_scale[kMaxResidentKBlocks + kb]);
