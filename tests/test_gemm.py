@@ -187,7 +187,8 @@ def test_tok64_every_width(width, out_dtype):
     """Each weight-tile width of the 64-token-tile row (one kernel per width and output dtype)
     against the reference, at a problem its rule picks the width for (ragged N and M). N spans at
     least 9 tiles, so every tile start modulo 128 occurs: each straddle boundary's promotion (a
-    K-loop copy at 192 wide, a per-block branch at the other straddling widths) runs."""
+    K-loop copy per boundary at 192 wide, a select per 8-column group at the other straddling
+    widths) runs."""
     if TOK64_ROW not in ROWS:
         pytest.skip(f"{TOK64_ROW} is not in this build's table")
     m, n = _tok64_problem(width)

@@ -52,7 +52,7 @@ def _gemm_cases(row: dict):
     cases = [(m, 4096, 1024), (m, 520, 384), (m, 256, 12288), (m, 2112, 7168)]
     if row["name"].startswith("sm90_tok64"):
         # Its widths past 128 (144 / 160 / 192 at M = 128; 6-7 stages, so 8 K blocks wrap the ring), ragged N;
-        # then 48 / 80 / 96, whose straddling tiles branch to a promotion per K block (E24b).
+        # then 48 / 80 / 96, the other selected widths whose tiles straddle scale blocks.
         cases += [(m, 9208, 1024), (m, 10232, 1024), (m, 11000, 1024), (m, 3064, 1024), (m, 5112, 1024),
                   (m, 6136, 1024)]
     return cases

@@ -12,7 +12,8 @@
 // scales (64 fp32) by TMA (lane 0) into a ring of 6-16 stages; one math warpgroup runs 4 m64nTileNk32 SS
 // wgmma per block into a fresh fragment, drains them, releases the stage (one arrive per warp) and
 // promotes: acc += partial * token scale (2 rows per thread) * weight scale (per 8-column group: the block
-// below or above the 128-row boundary, a constant of one of the width's K-loop instantiations, one per boundary).
+// below or above the 128-row boundary: at 192 wide a constant of one of two K-loop instantiations, at the other
+// straddling widths a select per group).
 // The K loop is unrolled by the stage count. Epilogue: direct 4-byte stores from registers, masked at M and N.
 // Non-persistent 1-D grid, a weight tile's token tiles on consecutive CTAs; K walked whole (no split, no workspace).
 // Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
