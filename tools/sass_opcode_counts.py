@@ -14,7 +14,7 @@ import re
 import sys
 from collections import Counter
 
-DEFAULT_OPS = "FFMA,FMUL,FSEL,ISETP,P2R,R2P,LDS,LD,BRA,BSSY,WARPSYNC,HGMMA,STL,LDL"
+DEFAULT_OPS = "FFMA,FMUL,FSEL,ISETP,P2R,R2P,LDS,LD,BRA,BSSY,WARPSYNC,QGMMA,STL,LDL"  # QGMMA: the FP8 wgmma
 INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
 
 

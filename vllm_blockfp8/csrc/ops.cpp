@@ -106,7 +106,8 @@ void log_row(const char* family, const char* name, int64_t m, int64_t n, int64_t
 // time them interleaved; a captured graph keeps the mode it was captured in. Why the K bound and why 1 is the
 // default (H200: 0.968x the full linear's time at M = 32..256, 0.991x at 1024..8192, no point above 1.03):
 // gemm/NOTES.md, twentieth session.
-// BLOCKFP8_SM90_TILE_N (16, 32, ..., 128, 144, 160, 192): the 64-token-tile row's weight-tile width in place of its rule.
+// BLOCKFP8_SM90_TILE_N (16, 32, ..., 128, 144, 160, 192): the 64-token-tile row's weight-tile width in place of
+// its rule.
 struct Sm90Switches {
   bool order_from_env = false;
   int raster = 0;

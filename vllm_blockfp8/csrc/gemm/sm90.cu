@@ -16,8 +16,8 @@
 // the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row; the
 // `_persistent` 128x64 row: the plain one would run K whole;
 // the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles:
-// K <= 4096 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows split K:
-// the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
+// K <= 4096 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows
+// split K: the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
 // (where that saves more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
 // The 128x128 `_sk` row runs a nearly empty last wave as stream-K.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
