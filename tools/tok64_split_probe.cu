@@ -8,16 +8,19 @@
 // data path (0.191 us at 64x32); the variants since take it apart. Twenty-third session: the same split at the
 // widths past 128 (144 / 160 / 192 at N = 9216 / 10240 / 11008), where multicasting the weight tile to the two
 // token tiles changed nothing (E23), and the row before E24 / E24b (the straddle boundary at run time) beside the
-// row; twenty-fourth session: also 48 / 80 wide (N = 3072 / 5120), the other selected straddling widths.
-// The kernel's other probe bits (no math: twenty-third session call 4; per-stage weight scales, per-thread
-// releases: sixteenth session) are left out of this table to keep the compile short.
+// row; twenty-fourth session: also 48 / 80 wide. Twenty-fifth session: the fixed cost per call (the intercept
+// of the fit; 1.3-2.3 us above DeepGEMM's at 96-192 wide) taken apart: the row and its loop alone (no loads), each
+// also without the resident weight-scale copy and its wait, without the epilogue's stores, and with the K loop not
+// unrolled (a fraction of the code), plus the skeleton (launch, barriers, nothing else) (call 1: the epilogue's
+// stores and the wait for the weight scales were most of it); then (call 2) the row against its two fixes undone,
+// one at a time and together: 4-byte stores as the accumulator holds them, and the weight-scale wait ahead of the loop.
 //
-// It compiles the row's own kernel file with diagnostic bits (sm90_tok64_fitn.cu, namespace probe: no math,
-// no loads, the fifteenth session's per-stage weight-scale copy, a release by every math thread) and times each
+// It compiles the row's own kernel file with diagnostic bits (sm90_tok64_fitn.cu, namespace probe) and times each
 // variant at M = 128 on N = 2048 / 3072 / 4096 / 5120 / 6144 / 9216 / 10240 / 11008 (the rule's widths 32 / 48 / 64 /
-// 80 / 96 / 144 / 160 / 192) at K = 2048..8192: CUDA graphs
-// of one launch per weight copy (copies past 256 MiB, so the weights come from DRAM as in the benchmarks),
-// median of 15 replays, then per K block = the slope of a least-squares fit of time against K blocks.
+// 80 / 96 / 144 / 160 / 192) at
+// K = 2048..8192: CUDA graphs of one launch per weight copy (copies past 256 MiB, so the weights come from DRAM as
+// in the benchmarks), median of 15 replays, then per K block = the slope of a least-squares fit of time against
+// K blocks and fixed = its intercept.
 //
 // Build and run (the H200 stage `tok64_probe` of tools/h200_check.sh does this):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
@@ -25,6 +28,8 @@
 #include "gemm/sm90_tok64_fitn.cu"
 
 #include <cstdio>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "probe_util.cuh"
@@ -72,11 +77,14 @@ struct Variant {
 };
 
 namespace pb = tok64::probe;
+constexpr int kNoLoads = pb::kNoLoads, kDirect = pb::kDirectStores, kWaitFirst = pb::kScalesWaitFirst;
 const Variant kVariants[] = {
     {"row", launch_probe<0>},
-    {"row, runtime boundary", launch_probe<pb::kRuntimeBoundary>},
-    {"no loads", launch_probe<pb::kNoLoads>},
-    {"no loads, runtime bound.", launch_probe<pb::kNoLoads | pb::kRuntimeBoundary>},
+    {"row, direct stores", launch_probe<kDirect>},
+    {"row, w-scales first", launch_probe<kWaitFirst>},
+    {"row before (both)", launch_probe<kDirect | kWaitFirst>},
+    {"no loads", launch_probe<kNoLoads>},
+    {"no loads, before", launch_probe<kNoLoads | kDirect | kWaitFirst>},
 };
 constexpr int kNs[] = {2048, 3072, 4096, 5120, 6144, 9216, 10240, 11008};
 
@@ -85,9 +93,10 @@ struct Point {
   double us;
 };
 
-// Microseconds per launch at (n, k): a graph of one launch per weight copy, median over replays.
-double time_point(const Variant& v, int n, int k, int sms) {
-  const int copies = int(std::max<size_t>(2, kWeightBytesPerRun / (size_t(n) * k)));
+// Microseconds per launch at (n, k): a graph of one launch per weight copy, median over replays. direct: three
+// plain launches on one weight copy instead, untimed (for ncu: `probe --one VARIANT N K`).
+double time_point(const Variant& v, int n, int k, int sms, bool direct = false) {
+  const int copies = direct ? 1 : int(std::max<size_t>(2, kWeightBytesPerRun / (size_t(n) * k)));
   const int k_blocks = k / 128, n_blocks = (n + 127) / 128;
   uint8_t *a, *b;
   float *a_scale, *b_scale;
@@ -106,6 +115,13 @@ double time_point(const Variant& v, int n, int k, int sms) {
   blockfp8::gemm::Problem p;
   p.a = a, p.a_scale = a_scale, p.a_scale_ld = kM, p.m = kM, p.n = n, p.k = k, p.d = d, p.sm_count = sms;
   cudaError_t err = cudaSuccess;
+  if (direct) {
+    p.b = b, p.b_scale = b_scale;
+    for (int r = 0; r < 3 && err == cudaSuccess; ++r) err = v.launch(p, stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    printf("%s n=%d k=%d: %s\n", v.name, n, k, cudaGetErrorString(err));
+    exit(err == cudaSuccess ? 0 : 1);
+  }
   cudaGraph_t graph;
   cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
   for (int c = 0; c < copies && err == cudaSuccess; ++c) {
@@ -156,6 +172,11 @@ void fit(const std::vector<Point>& pts, double* fixed, double* per_block) {
 
 int main(int argc, char** argv) {
   const ProbeDevice dev = probe_device();
+  if (argc == 5 && std::string(argv[1]) == "--one") {
+    const int i = atoi(argv[2]);
+    if (i < 0 || i >= int(std::size(kVariants))) return 2;
+    time_point(kVariants[i], atoi(argv[3]), atoi(argv[4]), dev.sms, true);
+  }
   FILE* f = argc > 1 ? open_probe_json(argv[1], dev.sms, "\"m\": 128, ") : nullptr;
   printf("%-26s %6s %6s %10s %10s   us at K = 2048 / 4096 / 6144 / 8192\n", "variant", "n", "tile_n", "per block",
          "fixed");

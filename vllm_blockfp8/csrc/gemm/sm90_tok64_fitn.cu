@@ -69,6 +69,14 @@ constexpr int kThreadRelease = 8;      // every math thread arrives on the empty
                                        // lane per warp
 constexpr int kRuntimeBoundary = 16;   // the straddle boundary as a runtime value at every width (the row before
                                        // E24: a weight-scale select per 8-column group, twenty-third session)
+// The fixed cost per call apart (twenty-fifth session): each leaves one part of the prologue, epilogue or code out.
+constexpr int kNoWeightScales = 32;    // no resident weight-scale copy and no wait on it; every weight scale is 1
+constexpr int kNoStores = 64;          // the epilogue stores nothing (the accumulators kept live by a compare)
+constexpr int kNotUnrolled = 128;      // the K loop not unrolled (stage index at run time): a fraction of the code
+constexpr int kDirectStores = 256;     // the epilogue before the twenty-fifth session: 4 bytes a lane as the wgmma
+                                       // accumulator holds them (each warp store: 8 rows x 16 bytes, half sectors)
+constexpr int kScalesWaitFirst = 512;  // the math warpgroup waits for the resident weight scales ahead of the K
+                                       // loop (before the twenty-fifth session), not on the first stage's barrier
 }  // namespace probe
 
 template <int TileN>
@@ -147,6 +155,37 @@ __device__ __forceinline__ void store_pair<__half>(__half* d, float x, float y) 
   *reinterpret_cast<__half2*>(d) = __floats2half2_rn(x, y);
 }
 
+// x and y rounded to Out, as the 32 bits of a pair (x in the low half).
+template <class Out>
+__device__ __forceinline__ uint32_t pack_pair(float x, float y);
+template <>
+__device__ __forceinline__ uint32_t pack_pair<__nv_bfloat16>(float x, float y) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack_pair<__half>(float x, float y) {
+  const __half2 v = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// A 4x4 transpose of 32-bit words across the 4 lanes of a quad: lane q's v[j] ends in lane j's v[q]. Two butterfly
+// stages: the off-diagonal 2x2 blocks swap between lanes q and q ^ 2, then each 2x2 block transposes between lanes q
+// and q ^ 1 (4 shuffles a lane).
+__device__ __forceinline__ void quad_transpose(uint32_t (&v)[4], const int q) {
+  const bool hi = q & 2, odd = q & 1;
+  CUTLASS_PRAGMA_UNROLL
+  for (int k = 0; k < 2; ++k) {
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, hi ? v[k] : v[k + 2], 2);
+    v[k] = hi ? got : v[k], v[k + 2] = hi ? v[k + 2] : got;
+  }
+  CUTLASS_PRAGMA_UNROLL
+  for (int b = 0; b < 2; ++b) {
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? v[2 * b] : v[2 * b + 1], 1);
+    v[2 * b] = odd ? got : v[2 * b], v[2 * b + 1] = odd ? v[2 * b + 1] : got;
+  }
+}
+
 template <int TileN, class Out, int kProbe>
 __global__ void __launch_bounds__(kThreads, 1)
     tok64_gemm(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
@@ -157,6 +196,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kStageScales = kProbe & probe::kStageWeightScales;
   constexpr bool kThreadRelease = kProbe & probe::kThreadRelease;
   constexpr bool kBoundaryAtCompileTime = T::kBoundaryAtCompileTime && !(kProbe & probe::kRuntimeBoundary);
+  constexpr bool kNoWeightScales = kProbe & probe::kNoWeightScales, kNoStores = kProbe & probe::kNoStores;
+  constexpr bool kNotUnrolled = kProbe & probe::kNotUnrolled, kDirectStores = kProbe & probe::kDirectStores;
+  constexpr bool kScalesOnFirstStage = !(kProbe & probe::kScalesWaitFirst);
   constexpr int kFullArrivals = kStageScales ? 2 : 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Aligned by an offset from smem_raw, so that the compiler still knows every pointer below is shared memory and
@@ -201,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int last_block = (p.n + 127) / 128 - 1;
   const float* b_scale_lo = p.b_scale + int64_t(scale_block) * p.k_blocks;
   const float* b_scale_hi = p.b_scale + int64_t(min(scale_block + 1, last_block)) * p.k_blocks;
-  const bool resident_scales = !kStageScales && p.k_blocks <= kMaxResidentKBlocks;
+  const bool resident_scales = !kStageScales && !kNoWeightScales && p.k_blocks <= kMaxResidentKBlocks;
   if (warp == 4) {
     // The resident weight scales first, by cp.async from the 32 lanes, so that their requests go out ahead
     // of the ring's TMA loads (the math threads' own loads of them went out behind ~16 stages of loads:
@@ -215,9 +257,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                        "l"(b_scale_hi + i)
                        : "memory");
       }
-      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(
-                       scales_ready))
-                   : "memory");
+      if constexpr (kScalesOnFirstStage)  // +1 pending arrival on stage 0's phase 0 now, -1 when the copies land
+        asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(&full[0]))
+                     : "memory");
+      else
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(
+                         scales_ready))
+                     : "memory");
     }
     __syncwarp();
     if (lane != 0) return;
@@ -250,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Math warpgroup. The weight scales of the whole K walk are in shared memory once scales_ready completes
   // (one broadcast read a block afterwards, where the fifteenth session's cp.async into each stage cost a
   // second arrival on every full barrier).
-  if (resident_scales) Barrier::wait(scales_ready, 0);
+  if (resident_scales && !kScalesOnFirstStage) Barrier::wait(scales_ready, 0);
 
   // Operand tiles per stage, K-major with the 128-byte swizzle the TMA boxes write.
   auto a_layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{}, Shape<_64, Int<kTileK>, Int<S>>{});
@@ -312,8 +358,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // boundary: Int<the boundary group> (E24), or Int<-1>: a select per group.
   auto block = [&](const int s, const uint32_t phase, const int kb, auto boundary) TOK64_INLINE {
     float2 w = make_float2(0.f, 0.f);
-    if (resident_scales)
-      w = make_float2(smem_b_scale[kb], T::kOneWeightScale ? 0.f : smem_b_scale[kMaxResidentKBlocks + kb]);
+    const auto resident_w = [&] TOK64_INLINE {
+      return make_float2(smem_b_scale[kb], T::kOneWeightScale ? 0.f : smem_b_scale[kMaxResidentKBlocks + kb]);
+    };
+    if constexpr (kNoWeightScales)
+      w = make_float2(1.f, 1.f);
+    else if (resident_scales && !kScalesOnFirstStage)
+      w = resident_w();
     else if (!kStageScales)
       w = make_float2(__ldg(b_scale_lo + kb), T::kOneWeightScale ? 0.f : __ldg(b_scale_hi + kb));
     Barrier::wait(&full[s], phase);
@@ -332,6 +383,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     warpgroup_commit_batch();
     const float t0 = smem_a_scale[s * kTokenTile + row], t1 = smem_a_scale[s * kTokenTile + row + 8];
     if constexpr (kStageScales) w = smem_stage_b_scale[s];
+    if constexpr (kScalesOnFirstStage && !kNoWeightScales)
+      if (resident_scales) w = resident_w();  // copied by the time the first stage's barrier completed
     warpgroup_wait<0>();
     warpgroup_fence_operand(partial);
     release(s);
@@ -344,6 +397,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto k_loop = [&](auto boundary) TOK64_INLINE {
     uint32_t phase = 0;
     int kb = 0;
+    if constexpr (kNotUnrolled) {
+#pragma unroll 1
+      for (int s = 0; kb < p.k_blocks; ++kb) {
+        block(s, phase, kb, boundary);
+        if (++s == S) s = 0, phase ^= 1;
+      }
+      return;
+    }
     for (; kb + S <= p.k_blocks; kb += S, phase ^= 1) {
       CUTLASS_PRAGMA_UNROLL
       for (int s = 0; s < S; ++s) block(s, phase, kb + s, boundary);
@@ -357,11 +418,50 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   Out* d = static_cast<Out*>(p.d);
+  const int q = lane % 4;
+  if constexpr (kDirectStores) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {
+      const int r = m0 + row + 8 * ((i / 2) % 2);
+      const int c = n0 + 8 * (i / 4) + 2 * q;
+      if (r < p.m && c < p.n && (!kNoStores || acc(i) == -1.2345f))
+        store_pair(d + int64_t(r) * p.n + c, acc(i), acc(i + 1));
+    }
+    return;
+  }
+  // Lane q of a quad holds 2 columns of each 8-column group in two rows. Four groups transposed across the quad give
+  // lane q group 4c + q whole: 16 bytes a lane, each warp store 8 rows x 64 bytes (whole 32-byte sectors, a quarter
+  // of the store instructions of 4 bytes a lane). n % 8 == 0 and d is 16-byte aligned (sm90.cu checks both), so a
+  // group is in bounds or out as a whole.
+  constexpr int kQuads = T::kGroups / 4;
   CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < size(acc); i += 2) {
-    const int r = m0 + row + 8 * ((i / 2) % 2);
-    const int c = n0 + 8 * (i / 4) + 2 * (lane % 4);
-    if (r < p.m && c < p.n) store_pair(d + int64_t(r) * p.n + c, acc(i), acc(i + 1));
+  for (int c = 0; c < kQuads; ++c) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      uint32_t v[4];
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < 4; ++j) v[j] = pack_pair<Out>(acc(16 * c + 4 * j + 2 * h), acc(16 * c + 4 * j + 2 * h + 1));
+      quad_transpose(v, q);
+      const int r = m0 + row + 8 * h, col = n0 + 8 * (4 * c + q);
+      if (r < p.m && col < p.n && (!kNoStores || v[0] == 0x12345u))
+        *reinterpret_cast<uint4*>(d + int64_t(r) * p.n + col) = make_uint4(v[0], v[1], v[2], v[3]);
+    }
+  }
+  // The last two groups where TileN % 32 == 16: one exchange with the neighbouring lane, 8 bytes a lane (an even lane
+  // takes columns 2q..2q+3 of the first group, an odd lane 2q-2..2q+1 of the second).
+  if constexpr (T::kGroups % 4 != 0) {
+    static_assert(T::kGroups % 4 == 2, "8-column groups come in pairs (TileN % 16 == 0)");
+    constexpr int g = T::kGroups - 2;
+    const bool odd = q & 1;
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t first = pack_pair<Out>(acc(4 * g + 2 * h), acc(4 * g + 2 * h + 1));
+      const uint32_t second = pack_pair<Out>(acc(4 * g + 4 + 2 * h), acc(4 * g + 5 + 2 * h));
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? first : second, 1);
+      const int r = m0 + row + 8 * h, col = n0 + 8 * (g + odd) + 2 * (q & 2);
+      if (r < p.m && col < p.n && (!kNoStores || got == 0x12345u))
+        *reinterpret_cast<uint2*>(d + int64_t(r) * p.n + col) = odd ? make_uint2(got, second) : make_uint2(first, got);
+    }
   }
 }
 
