@@ -12,8 +12,9 @@
 // of the fit; 1.3-2.3 us above DeepGEMM's at 96-192 wide) taken apart: the row and its loop alone (no loads), each
 // also without the resident weight-scale copy and its wait, without the epilogue's stores, and with the K loop not
 // unrolled (a fraction of the code), plus the skeleton (launch, barriers, nothing else) (call 1: the epilogue's
-// stores and the wait for the weight scales were most of it); then (call 2) the row against its two fixes undone,
-// one at a time and together: 4-byte stores as the accumulator holds them, and the weight-scale wait ahead of the loop.
+// stores and the wait for the weight scales were most of it); call 2 timed the row against its fixes undone (the
+// quad-transposed 16-byte stores: kept; the weight scales on stage 0's barrier: not kept, code at git 19e4df5). The
+// variants now: the row with and without the quad stores, without stores, without weight scales, the skeleton.
 //
 // It compiles the row's own kernel file with diagnostic bits (sm90_tok64_fitn.cu, namespace probe) and times each
 // variant at M = 128 on N = 2048 / 3072 / 4096 / 5120 / 6144 / 9216 / 10240 / 11008 (the rule's widths 32 / 48 / 64 /
@@ -77,14 +78,15 @@ struct Variant {
 };
 
 namespace pb = tok64::probe;
-constexpr int kNoLoads = pb::kNoLoads, kDirect = pb::kDirectStores, kWaitFirst = pb::kScalesWaitFirst;
+constexpr int kNoLoads = pb::kNoLoads, kDirect = pb::kDirectStores;
 const Variant kVariants[] = {
     {"row", launch_probe<0>},
     {"row, direct stores", launch_probe<kDirect>},
-    {"row, w-scales first", launch_probe<kWaitFirst>},
-    {"row before (both)", launch_probe<kDirect | kWaitFirst>},
+    {"row, no stores", launch_probe<pb::kNoStores>},
+    {"row, no w-scales", launch_probe<pb::kNoWeightScales>},
     {"no loads", launch_probe<kNoLoads>},
-    {"no loads, before", launch_probe<kNoLoads | kDirect | kWaitFirst>},
+    {"no loads, direct stores", launch_probe<kNoLoads | kDirect>},
+    {"skeleton", launch_probe<kNoLoads | pb::kNoMath | pb::kNoWeightScales | pb::kNoStores>},
 };
 constexpr int kNs[] = {2048, 3072, 4096, 5120, 6144, 9216, 10240, 11008};
 

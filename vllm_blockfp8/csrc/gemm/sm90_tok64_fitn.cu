@@ -14,7 +14,8 @@
 // promotes: acc += partial * token scale (2 rows per thread) * weight scale (per 8-column group: the block
 // below or above the 128-row boundary: at 192 wide a constant of one of two K-loop instantiations, at the other
 // straddling widths a select per group).
-// The K loop is unrolled by the stage count. Epilogue: direct 4-byte stores from registers, masked at M and N.
+// The K loop is unrolled by the stage count. Epilogue: from registers, each lane quad's words transposed by shuffles
+// so that a lane stores 16 bytes (8 at the last two 8-column groups where TileN % 32 == 16), masked at M and N.
 // Non-persistent 1-D grid, a weight tile's token tiles on consecutive CTAs; K walked whole (no split, no workspace).
 // Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED  // one wgmma per K slice at N = 48 / 80 / 112 / 144 / 160 too
@@ -75,8 +76,6 @@ constexpr int kNoStores = 64;          // the epilogue stores nothing (the accum
 constexpr int kNotUnrolled = 128;      // the K loop not unrolled (stage index at run time): a fraction of the code
 constexpr int kDirectStores = 256;     // the epilogue before the twenty-fifth session: 4 bytes a lane as the wgmma
                                        // accumulator holds them (each warp store: 8 rows x 16 bytes, half sectors)
-constexpr int kScalesWaitFirst = 512;  // the math warpgroup waits for the resident weight scales ahead of the K
-                                       // loop (before the twenty-fifth session), not on the first stage's barrier
 }  // namespace probe
 
 template <int TileN>
@@ -198,7 +197,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kBoundaryAtCompileTime = T::kBoundaryAtCompileTime && !(kProbe & probe::kRuntimeBoundary);
   constexpr bool kNoWeightScales = kProbe & probe::kNoWeightScales, kNoStores = kProbe & probe::kNoStores;
   constexpr bool kNotUnrolled = kProbe & probe::kNotUnrolled, kDirectStores = kProbe & probe::kDirectStores;
-  constexpr bool kScalesOnFirstStage = !(kProbe & probe::kScalesWaitFirst);
   constexpr int kFullArrivals = kStageScales ? 2 : 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Aligned by an offset from smem_raw, so that the compiler still knows every pointer below is shared memory and
@@ -257,13 +255,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                        "l"(b_scale_hi + i)
                        : "memory");
       }
-      if constexpr (kScalesOnFirstStage)  // +1 pending arrival on stage 0's phase 0 now, -1 when the copies land
-        asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(&full[0]))
-                     : "memory");
-      else
-        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(
-                         scales_ready))
-                     : "memory");
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cute::cast_smem_ptr_to_uint(
+                       scales_ready))
+                   : "memory");
     }
     __syncwarp();
     if (lane != 0) return;
@@ -296,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Math warpgroup. The weight scales of the whole K walk are in shared memory once scales_ready completes
   // (one broadcast read a block afterwards, where the fifteenth session's cp.async into each stage cost a
   // second arrival on every full barrier).
-  if (resident_scales && !kScalesOnFirstStage) Barrier::wait(scales_ready, 0);
+  if (resident_scales) Barrier::wait(scales_ready, 0);
 
   // Operand tiles per stage, K-major with the 128-byte swizzle the TMA boxes write.
   auto a_layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{}, Shape<_64, Int<kTileK>, Int<S>>{});
@@ -358,13 +352,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // boundary: Int<the boundary group> (E24), or Int<-1>: a select per group.
   auto block = [&](const int s, const uint32_t phase, const int kb, auto boundary) TOK64_INLINE {
     float2 w = make_float2(0.f, 0.f);
-    const auto resident_w = [&] TOK64_INLINE {
-      return make_float2(smem_b_scale[kb], T::kOneWeightScale ? 0.f : smem_b_scale[kMaxResidentKBlocks + kb]);
-    };
     if constexpr (kNoWeightScales)
       w = make_float2(1.f, 1.f);
-    else if (resident_scales && !kScalesOnFirstStage)
-      w = resident_w();
+    else if (resident_scales)
+      w = make_float2(smem_b_scale[kb], T::kOneWeightScale ? 0.f : smem_b_scale[kMaxResidentKBlocks + kb]);
     else if (!kStageScales)
       w = make_float2(__ldg(b_scale_lo + kb), T::kOneWeightScale ? 0.f : __ldg(b_scale_hi + kb));
     Barrier::wait(&full[s], phase);
@@ -383,8 +374,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     warpgroup_commit_batch();
     const float t0 = smem_a_scale[s * kTokenTile + row], t1 = smem_a_scale[s * kTokenTile + row + 8];
     if constexpr (kStageScales) w = smem_stage_b_scale[s];
-    if constexpr (kScalesOnFirstStage && !kNoWeightScales)
-      if (resident_scales) w = resident_w();  // copied by the time the first stage's barrier completed
     warpgroup_wait<0>();
     warpgroup_fence_operand(partial);
     release(s);
