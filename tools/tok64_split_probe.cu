@@ -28,6 +28,7 @@
 //        -I <nvidia-cutlass include> -I vllm_blockfp8/csrc tools/tok64_split_probe.cu -o probe && ./probe out.json
 #include "gemm/sm90_tok64_fitn.cu"
 
+#include <climits>
 #include <cstdio>
 #include <iterator>
 #include <string>
@@ -72,6 +73,15 @@ cudaError_t launch_probe(const blockfp8::gemm::Problem& p, cudaStream_t stream) 
   }
 }
 
+// The same launch with programmatic dependent launch (the benchmarks' default launch mode at K <= 4096): in the
+// graph each launch may start while the previous one drains.
+template <int kProbe>
+cudaError_t launch_probe_pdl(const blockfp8::gemm::Problem& p, cudaStream_t stream) {
+  blockfp8::gemm::Problem q = p;
+  q.pdl = true;
+  return launch_probe<kProbe>(q, stream);
+}
+
 struct Variant {
   const char* name;
   cudaError_t (*launch)(const blockfp8::gemm::Problem&, cudaStream_t);
@@ -86,9 +96,17 @@ const Variant kVariants[] = {
     {"row, no w-scales", launch_probe<pb::kNoWeightScales>},
     {"no loads", launch_probe<kNoLoads>},
     {"no loads, direct stores", launch_probe<kNoLoads | kDirect>},
+    {"row, PDL", launch_probe_pdl<0>},
+    {"row, direct stores, PDL", launch_probe_pdl<kDirect>},
     {"skeleton", launch_probe<kNoLoads | pb::kNoMath | pb::kNoWeightScales | pb::kNoStores>},
 };
 constexpr int kNs[] = {2048, 3072, 4096, 5120, 6144, 9216, 10240, 11008};
+// Per CTA, where the time goes (probe::kTimeline): the row with the quad stores and with the direct ones.
+const Variant kTimelineVariants[] = {
+    {"row", launch_probe<pb::kTimeline>},
+    {"row, direct stores", launch_probe<pb::kTimeline | kDirect>},
+};
+constexpr int kTimelineKs[] = {2048, 8192};
 
 struct Point {
   int n, k;
@@ -97,7 +115,9 @@ struct Point {
 
 // Microseconds per launch at (n, k): a graph of one launch per weight copy, median over replays. direct: three
 // plain launches on one weight copy instead, untimed (for ncu: `probe --one VARIANT N K`).
-double time_point(const Variant& v, int n, int k, int sms, bool direct = false) {
+// timeline: the probe::kTimeline buffer (16 values a CTA), read back after the replays (the last launch's).
+double time_point(const Variant& v, int n, int k, int sms, bool direct = false,
+                  std::vector<long long>* timeline = nullptr) {
   const int copies = direct ? 1 : int(std::max<size_t>(2, kWeightBytesPerRun / (size_t(n) * k)));
   const int k_blocks = k / 128, n_blocks = (n + 127) / 128;
   uint8_t *a, *b;
@@ -151,6 +171,11 @@ double time_point(const Variant& v, int n, int k, int sms, bool direct = false) 
     exit(1);
   }
   std::sort(ms.begin(), ms.end());
+  if (timeline) {
+    long long* device_timeline = nullptr;
+    cudaMemcpyFromSymbol(&device_timeline, tok64::timeline, sizeof(device_timeline));
+    cudaMemcpy(timeline->data(), device_timeline, timeline->size() * sizeof(long long), cudaMemcpyDeviceToHost);
+  }
   if (exec) cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaEventDestroy(e0), cudaEventDestroy(e1);
@@ -204,5 +229,53 @@ int main(int argc, char** argv) {
     }
   }
   if (f) fprintf(f, "\n]}\n"), fclose(f);
+
+  // The timeline: each interval's median and largest value over the CTAs (ns, %globaltimer), from kernel entry;
+  // "entry spread" is the last CTA's entry after the first's, "end" the last CTA's epilogue end after the first
+  // entry, beside the launch's time in the graph (us).
+  long long* device_timeline = nullptr;
+  const int max_ctas = 4096;
+  cudaMalloc(&device_timeline, sizeof(long long) * 16 * max_ctas);
+  cudaMemcpyToSymbol(tok64::timeline, &device_timeline, sizeof(device_timeline));
+  FILE* tf = argc > 2 ? fopen(argv[2], "w") : nullptr;
+  printf("\n%-20s %6s %6s %5s %9s  %-44s %-44s %8s %8s\n", "timeline variant", "n", "k", "CTAs", "graph us",
+         "median ns: dep.wait / w-scales / stage 0 / loop / epi", "largest ns: same", "entry sp", "end");
+  for (int n : kNs) {
+    for (int k : kTimelineKs) {
+      for (const Variant& v : kTimelineVariants) {
+        blockfp8::gemm::Problem shape;
+        shape.m = kM, shape.n = n, shape.k = k, shape.sm_count = dev.sms;
+        const int ctas = int(tok64::tile_count(shape, tok64::tile_n(shape)));
+        std::vector<long long> t(16 * size_t(ctas));
+        const double us = time_point(v, n, k, dev.sms, false, &t);
+        long long first_entry = LLONG_MAX, last_entry = 0, last_end = 0;
+        std::vector<std::vector<long long>> span(5);
+        for (int c = 0; c < ctas; ++c) {
+          const long long* e = &t[16 * size_t(c)];
+          first_entry = std::min(first_entry, e[0]), last_entry = std::max(last_entry, e[0]);
+          last_end = std::max(last_end, e[5]);
+          for (int i = 0; i < 5; ++i) span[i].push_back(e[i + 1] - e[i]);
+        }
+        char med[128], top[128];
+        int a = 0, b = 0;
+        for (int i = 0; i < 5; ++i) {
+          std::sort(span[i].begin(), span[i].end());
+          a += snprintf(med + a, sizeof(med) - a, "%s%lld", i ? " / " : "", span[i][ctas / 2]);
+          b += snprintf(top + b, sizeof(top) - b, "%s%lld", i ? " / " : "", span[i].back());
+        }
+        printf("%-20s %6d %6d %5d %9.2f  %-44s %-44s %8lld %8lld\n", v.name, n, k, ctas, us, med, top,
+               last_entry - first_entry, last_end - first_entry);
+        if (tf) {
+          fprintf(tf, "# %s n=%d k=%d ctas=%d graph_us=%.3f (per CTA: 6 globaltimer ns, 6 clock64)\n", v.name, n, k,
+                  ctas, us);
+          for (int c = 0; c < ctas; ++c) {
+            for (int i = 0; i < 6; ++i) fprintf(tf, "%lld ", t[16 * size_t(c) + i] - first_entry);
+            for (int i = 8; i < 14; ++i) fprintf(tf, "%lld%c", t[16 * size_t(c) + i], i == 13 ? '\n' : ' ');
+          }
+        }
+      }
+    }
+  }
+  if (tf) fclose(tf);
   return 0;
 }

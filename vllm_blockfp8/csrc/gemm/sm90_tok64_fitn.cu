@@ -76,7 +76,12 @@ constexpr int kNoStores = 64;          // the epilogue stores nothing (the accum
 constexpr int kNotUnrolled = 128;      // the K loop not unrolled (stage index at run time): a fraction of the code
 constexpr int kDirectStores = 256;     // the epilogue before the twenty-fifth session: 4 bytes a lane as the wgmma
                                        // accumulator holds them (each warp store: 8 rows x 16 bytes, half sectors)
+constexpr int kTimeline = 512;         // thread 0 writes %globaltimer and clock64 at 6 points of its CTA's life to
+                                       // timeline (entry, after the grid dependency wait, the weight scales, the
+                                       // first stage's data, the K loop, the epilogue); it waits on stage 0 once more
 }  // namespace probe
+// kTimeline's buffer: 16 values a CTA (6 global times in ns, then from slot 8 the 6 SM clocks), set by the probe.
+__device__ long long* timeline = nullptr;
 
 template <int TileN>
 struct Tile {
@@ -197,6 +202,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kBoundaryAtCompileTime = T::kBoundaryAtCompileTime && !(kProbe & probe::kRuntimeBoundary);
   constexpr bool kNoWeightScales = kProbe & probe::kNoWeightScales, kNoStores = kProbe & probe::kNoStores;
   constexpr bool kNotUnrolled = kProbe & probe::kNotUnrolled, kDirectStores = kProbe & probe::kDirectStores;
+  constexpr bool kTimeline = kProbe & probe::kTimeline;
+  const auto mark = [&](const int i) TOK64_INLINE {
+    if constexpr (kTimeline) {
+      if (threadIdx.x == 0) {
+        long long now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        timeline[16 * blockIdx.x + i] = now, timeline[16 * blockIdx.x + 8 + i] = clock64();
+      }
+    }
+  };
+  mark(0);
   constexpr int kFullArrivals = kStageScales ? 2 : 1;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   // Aligned by an offset from smem_raw, so that the compiler still knows every pointer below is shared memory and
@@ -235,6 +251,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Programmatic dependent launch: nothing global is read before the previous kernel's results are
   // visible (a no-op for a plain launch).
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  mark(1);
 
   // The tile's weight scale rows: the 128-row block of n0 and the next one (the same at the last block).
   const int scale_block = n0 / 128;
@@ -291,6 +308,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (one broadcast read a block afterwards, where the fifteenth session's cp.async into each stage cost a
   // second arrival on every full barrier).
   if (resident_scales) Barrier::wait(scales_ready, 0);
+  mark(2);
+  if constexpr (kTimeline) Barrier::wait(&full[0], 0), mark(3);
 
   // Operand tiles per stage, K-major with the 128-byte swizzle the TMA boxes write.
   auto a_layout = tile_to_shape(GMMA::Layout_K_SW128_Atom<Fp8>{}, Shape<_64, Int<kTileK>, Int<S>>{});
@@ -405,6 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     k_loop(cute::Int<-1>{});
   }
+  mark(4);
 
   Out* d = static_cast<Out*>(p.d);
   const int q = lane % 4;
@@ -416,6 +436,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (r < p.m && c < p.n && (!kNoStores || acc(i) == -1.2345f))
         store_pair(d + int64_t(r) * p.n + c, acc(i), acc(i + 1));
     }
+    mark(5);
     return;
   }
   // Lane q of a quad holds 2 columns of each 8-column group in two rows. Four groups transposed across the quad give
@@ -452,6 +473,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<uint2*>(d + int64_t(r) * p.n + col) = odd ? make_uint2(got, second) : make_uint2(first, got);
     }
   }
+  mark(5);
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
