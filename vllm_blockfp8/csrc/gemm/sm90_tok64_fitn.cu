@@ -26,6 +26,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <utility>
@@ -128,6 +129,7 @@ struct Params {
   int m, n, k_blocks;
   int m_tiles;
   bool weights_before_wait;  // Problem::weights_before_wait (E25)
+  int early_stages;          // with it: the weight tiles of this many first stages before the wait too (E25b)
 };
 
 // One 2D TMA load into shared memory, completing on `bar`. No L2 cache-policy operand: evict-normal on every
@@ -282,7 +284,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane != 0) return;
     // E25: the first stages' weight tiles go out while the previous kernel (our quantizer) still runs; each
     // stage's barrier expects all its bytes at once, the activations follow after the wait.
-    const int early_blocks = kLoads && !kStageScales && p.weights_before_wait ? min(S, p.k_blocks) : 0;
+    const int early_blocks =
+        kLoads && !kStageScales && p.weights_before_wait ? min(min(S, p.early_stages), p.k_blocks) : 0;
     for (int kb = 0; kb < early_blocks; ++kb) {
       Barrier::arrive_and_expect_tx(&full[kb], kABytes + T::kBBytes + kScaleBytes);
       tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + kb * T::kBBytes), &b_map, kb * kTileK, n0, &full[kb]);
@@ -533,7 +536,13 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
       e != cudaSuccess)
     return e;
   const int m_tiles = int((p.m + kTokenTile - 1) / kTokenTile);
-  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles, p.pdl && p.weights_before_wait};
+  // E25b measurement switch (temporary): how many stages' weight tiles go out before the wait (E25: all S).
+  static const int early_stages = [] {
+    const char* v = std::getenv("BLOCKFP8_E25_STAGES");
+    return v && *v ? std::atoi(v) : 0;
+  }();
+  const Params params{p.b_scale,  p.d, int(p.m), int(p.n), int(k_blocks), m_tiles, p.pdl && p.weights_before_wait,
+                      early_stages};
   cudaLaunchAttribute pdl;
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
