@@ -377,7 +377,7 @@ def _child(code: str, env: dict, *args: str) -> None:
                    timeout=600, cwd=str(here))
 
 
-@pytest.mark.parametrize("mode", ("1", "1w", "gemm"))
+@pytest.mark.parametrize("mode", ("1", "gemm"))
 def test_programmatic_launch_reads_what_the_kernel_before_it_just_wrote(mode):
     """The same with the mode given by BLOCKFP8_SM90_PDL in a child process (the variable's path):
     1 (the default, set explicitly) and gemm (every row launched programmatically, no early trigger)."""
@@ -385,7 +385,7 @@ def test_programmatic_launch_reads_what_the_kernel_before_it_just_wrote(mode):
            {"BLOCKFP8_SM90_PDL": mode})
 
 
-@pytest.mark.parametrize("mode", ("1", "1w", "gemm"))
+@pytest.mark.parametrize("mode", ("1", "gemm"))
 def test_launch_mode_switched_in_process_changes_no_bits(mode):
     """ops.set_sm90_pdl switches the launch mode between calls (benchmarks capture both modes in one
     process): every row, and the full linear (whose quantizer triggers the GEMM in mode 1), give the
@@ -421,48 +421,6 @@ def test_launch_mode_switched_in_process_changes_no_bits(mode):
     for name, want in plain.items():
         assert torch.equal(eager[name].view(torch.int16), want.view(torch.int16)), f"eager {name} mode {mode}"
         assert torch.equal(captured[name].view(torch.int16), want.view(torch.int16)), f"graph {name} mode {mode}"
-
-
-# (m, n, k) where the full linear runs the 64-token-tile row (at 132 SMs: 96, 192 and 144 wide), K blocks past the
-# stage count, one K block, and fewer blocks than stages.
-WEIGHTS_EARLY_CASES = [(128, 6144, 2048), (100, 11000, 1024), (120, 9208, 128), (128, 6136, 512)]
-
-
-@pytest.mark.parametrize("m,n,k", WEIGHTS_EARLY_CASES)
-def test_weights_early_mode_changes_no_bits(m, n, k):
-    """Launch mode 1w (E25): where the full linear's GEMM follows its quantizer, the 64-token-tile row loads its
-    weight scales and first weight tiles before its grid-dependency wait. The weights are written by the kernel
-    just before the linear call (a copy), the activations by the quantizer the GEMM overlaps: the same bits as
-    plain stream order, eagerly and from a graph, and the reference's values."""
-    if TOK64_ROW not in ROWS:
-        pytest.skip(f"{TOK64_ROW} is not in this build's table")
-    _, _, b, b_scale = _operands(m, n, k, seed=41)
-    gen = torch.Generator(device="cuda").manual_seed(42)
-    x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
-    b_fresh, b_scale_fresh = torch.empty_like(b), torch.empty_like(b_scale)
-
-    def run():
-        b_fresh.copy_(b), b_scale_fresh.copy_(b_scale)
-        return ops.blockfp8_linear(x, b_fresh, b_scale_fresh)
-
-    with ops.sm90_pdl("0"):
-        plain = run().clone()
-        b_fresh.fill_(0), b_scale_fresh.fill_(float("nan"))
-    with ops.sm90_pdl("1w"):
-        plan = ops.gemm_k_plan(-1, m, n, k)
-        assert plan["row"] == TOK64_ROW and plan["pdl"], plan
-        eager = run()
-        b_fresh.fill_(0), b_scale_fresh.fill_(float("nan"))
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = run()
-    captured.fill_(float("nan")), b_fresh.fill_(0), b_scale_fresh.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    reference.assert_close_to_ref(plain, reference.linear_ref(x, b, b_scale, quantize_activations=True),
-                                  "linear, plain stream order", abs_floor=FP8_MMA_FLOOR)
-    assert torch.equal(eager.view(torch.int16), plain.view(torch.int16)), "eager, mode 1w"
-    assert torch.equal(captured.view(torch.int16), plain.view(torch.int16)), "graph, mode 1w"
 
 
 def test_programmatic_launch_changes_no_bits(tmp_path):

@@ -83,10 +83,10 @@ def test_launch_mode_switch_round_trips_and_rejects_unknown_modes():
     """set_sm90_pdl returns the mode it replaced (ops.sm90_pdl restores it after a block)."""
     start = ops.set_sm90_pdl("1")
     try:
-        assert start in ("0", "1", "1w", "gemm")
+        assert start in ("0", "1", "gemm")
         assert ops.set_sm90_pdl("gemm") == "1"
         assert ops.set_sm90_pdl("0") == "gemm"
-        with pytest.raises(ValueError, match="mode must be one of 0, 1, 1w, gemm, got 'off'"):
+        with pytest.raises(ValueError, match="mode must be one of 0, 1, gemm, got 'off'"):
             ops.set_sm90_pdl("off")
         assert ops.set_sm90_pdl("0") == "0", "a rejected mode must leave the mode as it was"
         with ops.sm90_pdl("gemm"):
@@ -100,7 +100,7 @@ def test_launch_mode_switch_round_trips_and_rejects_unknown_modes():
 def test_launch_mode_1_launches_programmatically_only_at_short_k():
     """Mode 1 stops at K = 4096 (ops.cpp kPdlMaxK: past it an early launch cost long-K GEMMs up to 1.25x);
     mode gemm launches so at every K, mode 0 nowhere."""
-    want = {"1": (True, True, False), "1w": (True, True, False), "gemm": (True, True, True), "0": (False, False, False)}
+    want = {"1": (True, True, False), "gemm": (True, True, True), "0": (False, False, False)}
     for mode, expected in want.items():
         with ops.sm90_pdl(mode):
             got = tuple(ops.gemm_k_plan(-1, 128, 7168, k, 132)["pdl"] for k in (128, 4096, 4224))

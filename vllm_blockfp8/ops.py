@@ -65,7 +65,7 @@ SM90_ENV_SWITCHES = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n")
                   "BLOCKFP8_SM90_SWIZZLE": ("1", "2", "4", "8"),
                   "BLOCKFP8_SM90_SPLITS": ("1", "2", "3", "4", "6", "8"),
                   "BLOCKFP8_SM90_REDUCTION": ("deterministic", "nondeterministic"),
-                  "BLOCKFP8_SM90_PDL": ("0", "1", "1w", "gemm"),
+                  "BLOCKFP8_SM90_PDL": ("0", "1", "gemm"),
                   "BLOCKFP8_SM90_TILE_N": ("16", "32", "48", "64", "80", "96", "112", "128", "144", "160", "192")}
 
 
@@ -391,7 +391,7 @@ def gemm_k_plan(row: int, m: int, n: int, k: int, sm_count: Optional[int] = None
 
 
 def set_sm90_pdl(mode: str) -> str:
-    """Set this process's SM90 launch mode (``BLOCKFP8_SM90_PDL``'s values: ``0``, ``1``, ``1w``, ``gemm``) and
+    """Set this process's SM90 launch mode (``BLOCKFP8_SM90_PDL``'s values: ``0``, ``1``, ``gemm``) and
     return the previous one; the environment variable only gives the starting mode. Calls launched
     after it use the new mode; a CUDA graph keeps the mode it was captured in, so benchmarks capture
     both modes in one process. The results are the same bits in every mode. Without the compiled

@@ -117,17 +117,10 @@ struct Sm90Switches {
   int tile_n = 0;
 };
 
-// kPdlWeightsEarly (1w): mode 1, and where the GEMM follows our quantizer its weight loads go out before its
-// grid-dependency wait (gemm.h, Problem::weights_before_wait; the 64-token-tile row only): E25, gemm/NOTES.md
-// twenty-fifth session.
-enum PdlMode : int { kPdlOff = 0, kPdlQuantTriggers = 1, kPdlGemmOnly = 2, kPdlWeightsEarly = 3 };
+enum PdlMode : int { kPdlOff = 0, kPdlQuantTriggers = 1, kPdlGemmOnly = 2 };
 
 int parse_pdl_mode(const std::string& v) {
-  return v == "1" ? kPdlQuantTriggers
-         : v == "1w" ? kPdlWeightsEarly
-         : v == "gemm" ? kPdlGemmOnly
-         : v == "0" ? kPdlOff
-                    : -1;
+  return v == "1" ? kPdlQuantTriggers : v == "gemm" ? kPdlGemmOnly : v == "0" ? kPdlOff : -1;
 }
 
 // Mode 1's bound. Launched early, the GEMM's CTAs take SMs in the order the quantizer's CTAs leave them,
@@ -137,9 +130,7 @@ int parse_pdl_mode(const std::string& v) {
 // held-out layers), no point above 1.02.
 constexpr int64_t kPdlMaxK = 4096;
 
-const char* pdl_mode_name(int mode) {
-  return mode == kPdlQuantTriggers ? "1" : mode == kPdlWeightsEarly ? "1w" : mode == kPdlGemmOnly ? "gemm" : "0";
-}
+const char* pdl_mode_name(int mode) { return mode == kPdlQuantTriggers ? "1" : mode == kPdlGemmOnly ? "gemm" : "0"; }
 
 // Atomic: a benchmark thread may switch it while another launches (a torn read would only pick a mode).
 std::atomic<int>& sm90_pdl_mode() {
@@ -154,17 +145,11 @@ std::atomic<int>& sm90_pdl_mode() {
 // Whether a GEMM (or the quantizer before it) over this K launches programmatically (triggers the GEMM).
 bool pdl_launch(int64_t k) {
   const int mode = sm90_pdl_mode().load(std::memory_order_relaxed);
-  return mode == kPdlGemmOnly || ((mode == kPdlQuantTriggers || mode == kPdlWeightsEarly) && k <= kPdlMaxK);
+  return mode == kPdlGemmOnly || (mode == kPdlQuantTriggers && k <= kPdlMaxK);
 }
 
 bool quant_triggers(int64_t k) {
-  const int mode = sm90_pdl_mode().load(std::memory_order_relaxed);
-  return (mode == kPdlQuantTriggers || mode == kPdlWeightsEarly) && k <= kPdlMaxK;
-}
-
-// Whether a GEMM that follows our quantizer may read its weights before its grid-dependency wait.
-bool weights_early(int64_t k) {
-  return sm90_pdl_mode().load(std::memory_order_relaxed) == kPdlWeightsEarly && k <= kPdlMaxK;
+  return sm90_pdl_mode().load(std::memory_order_relaxed) == kPdlQuantTriggers && k <= kPdlMaxK;
 }
 
 const Sm90Switches& sm90_env_switches() {
@@ -308,10 +293,8 @@ Tensor run_gemv(const Tensor& x, const Tensor& b, const Tensor& b_scale, int64_t
   return out;
 }
 
-// after_quantizer: a and a_scale come from our quantizer launched just before (the linear op), which writes nothing
-// else, so b and b_scale were ready before it started.
 Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const Tensor& b_scale, ScalarType out_dtype,
-                int64_t row, const DeviceFacts& dev, bool after_quantizer = false) {
+                int64_t row, const DeviceFacts& dev) {
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
 #ifdef BLOCKFP8_HAS_SM90_GEMM
   STD_TORCH_CHECK(dev.cc == 90, "blockfp8: the W8A8 GEMM is built for SM90 only (this GPU is SM", dev.cc, ")");
@@ -329,7 +312,6 @@ Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const T
   p.out_bf16 = out_dtype == ScalarType::BFloat16;
   p.sm_count = dev.sm_count;
   apply_sm90_switches(p);
-  p.weights_before_wait = after_quantizer && p.pdl && weights_early(k);
   const int i = pick_row<GemmFamily>("gemm", int(row), p);
   log_row("gemm", gemm::row(i).name, m, n, k);
   std::optional<Tensor> workspace;
@@ -419,7 +401,7 @@ Tensor op_linear(Tensor x, Tensor b, Tensor b_scale, std::optional<Tensor> bias,
       // read it in place (the op does), which the next GPU run can measure and then adopt here.
       Tensor xc = x.is_contiguous() ? x : torch::stable::contiguous(x);
       auto [q, s] = quantize(xc, -1, dev);
-      out = run_gemm(q, s, b, b_scale, x.scalar_type(), -1, dev, /*after_quantizer=*/true);
+      out = run_gemm(q, s, b, b_scale, x.scalar_type(), -1, dev);
       break;
     }
     case linear::Path::kDequantMatmul:

@@ -56,10 +56,6 @@ struct Problem {
   // does); its CTAs set up (barriers, descriptors) and wait in griddepcontrol.wait before their first
   // global read (sm90_kernel.cuh).
   bool pdl = false;
-  // With pdl: B and b_scale were written before the previous kernel on the stream started (ops.cpp sets it where
-  // the GEMM follows our activation quantizer, which writes only activations), so a row may read them before
-  // griddepcontrol.wait, while that kernel still runs. Read by the 64-token-tile row (E25, launch mode 1w).
-  bool weights_before_wait = false;
   void* workspace = nullptr;       // >= workspace_bytes(row, problem) bytes, 16-byte aligned
   size_t workspace_size = 0;
 };

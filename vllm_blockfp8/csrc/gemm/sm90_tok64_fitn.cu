@@ -26,7 +26,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <utility>
@@ -128,8 +127,6 @@ struct Params {
   void* d;
   int m, n, k_blocks;
   int m_tiles;
-  bool weights_before_wait;  // Problem::weights_before_wait (E25)
-  int early_stages;          // with it: the weight tiles of this many first stages before the wait too (E25b)
 };
 
 // One 2D TMA load into shared memory, completing on `bar`. No L2 cache-policy operand: evict-normal on every
@@ -252,9 +249,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   // Programmatic dependent launch: nothing global is read before the previous kernel's results are
-  // visible (a no-op for a plain launch), except, where the weights were ready before that kernel started
-  // (weights_before_wait, E25), the producer warp's weight scales and first weight tiles.
-  if (warp != 4 || !p.weights_before_wait) asm volatile("griddepcontrol.wait;" ::: "memory");
+  // visible (a no-op for a plain launch).
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   mark(1);
 
   // The tile's weight scale rows: the 128-row block of n0 and the next one (the same at the last block).
@@ -282,15 +278,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncwarp();
     if (lane != 0) return;
-    // E25: the first stages' weight tiles go out while the previous kernel (our quantizer) still runs; each
-    // stage's barrier expects all its bytes at once, the activations follow after the wait.
-    const int early_blocks =
-        kLoads && !kStageScales && p.weights_before_wait ? min(min(S, p.early_stages), p.k_blocks) : 0;
-    for (int kb = 0; kb < early_blocks; ++kb) {
-      Barrier::arrive_and_expect_tx(&full[kb], kABytes + T::kBBytes + kScaleBytes);
-      tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + kb * T::kBBytes), &b_map, kb * kTileK, n0, &full[kb]);
-    }
-    if (p.weights_before_wait) asm volatile("griddepcontrol.wait;" ::: "memory");
     int s = 0;
     uint32_t phase = 0;
     for (int kb = 0; kb < p.k_blocks; ++kb) {
@@ -307,11 +294,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                            &full[s]))
                        : "memory");
         }
-        if (kb >= early_blocks) {
-          Barrier::arrive_and_expect_tx(&full[s], kABytes + T::kBBytes + kScaleBytes);
-          tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s]);
-        }
+        Barrier::arrive_and_expect_tx(&full[s], kABytes + T::kBBytes + kScaleBytes);
         tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a + s * kABytes), &a_map, kb * kTileK, m0, &full[s]);
+        tma_load_2d(cute::cast_smem_ptr_to_uint(smem_b + s * T::kBBytes), &b_map, kb * kTileK, n0, &full[s]);
         tma_load_2d(cute::cast_smem_ptr_to_uint(smem_a_scale + s * kTokenTile), &a_scale_map, m0, kb, &full[s]);
       }
       if (++s == S) s = 0, phase ^= 1;
@@ -536,13 +521,7 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
       e != cudaSuccess)
     return e;
   const int m_tiles = int((p.m + kTokenTile - 1) / kTokenTile);
-  // E25b measurement switch (temporary): how many stages' weight tiles go out before the wait (E25: all S).
-  static const int early_stages = [] {
-    const char* v = std::getenv("BLOCKFP8_E25_STAGES");
-    return v && *v ? std::atoi(v) : 0;
-  }();
-  const Params params{p.b_scale,  p.d, int(p.m), int(p.n), int(k_blocks), m_tiles, p.pdl && p.weights_before_wait,
-                      early_stages};
+  const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles};
   cudaLaunchAttribute pdl;
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
