@@ -16,7 +16,7 @@
 #   tests_gemm_order the GPU GEMM tests under each setting of GEMM_ORDERS at every M (ragged tile grids)
 #   gemv_probe   tools/gemv_read_probe.cu: the GEMV's weight-load pattern alone vs a plain stream
 #   tok64_probe  tools/tok64_split_probe.cu: the 64-token-tile row's data path and loop timed apart (compiles
-#                ~42 kernels: ~2 min)
+#                ~88 kernels; 4 min on 2 cores)
 #   tma_probe    tools/tma_ingress_probe.cu: TMA ingress per SM by source and active SMs; wgmma against a
 #                concurrent TMA writer (does the writer take shared-memory bandwidth from wgmma?)
 #   wgmma_probe  tools/wgmma_rate_probe.cu: cycles per FP8 wgmma by N, chains, issue order, warpgroups;

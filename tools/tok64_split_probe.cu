@@ -18,14 +18,17 @@
 //
 // It compiles the row's own kernel file with diagnostic bits (sm90_tok64_fitn.cu, namespace probe) and times each
 // variant at M = 128 on N = 2048 / 3072 / 4096 / 5120 / 6144 / 9216 / 10240 / 11008 (the rule's widths 32 / 48 / 64 /
-// 80 / 96 / 144 / 160 / 192) at
-// K = 2048..8192: CUDA graphs of one launch per weight copy (copies past 256 MiB, so the weights come from DRAM as
-// in the benchmarks), median of 15 replays, then per K block = the slope of a least-squares fit of time against
-// K blocks and fixed = its intercept.
+// 80 / 96 / 144 / 160 / 192) at K = 2048..8192: CUDA graphs of one launch per weight copy (copies past 256 MiB, so
+// the weights come from DRAM as in the benchmarks), median of 15 replays, then per K block = the slope of a
+// least-squares fit of time against K blocks and fixed = its intercept. Then the per-CTA timeline (probe::kTimeline)
+// at K = 2048 and 8192, a table of medians and maxima, and with a second argument every CTA's values in a file.
+// `probe --one VARIANT N K` launches one variant three times, untimed, for ncu.
 //
-// Build and run (the H200 stage `tok64_probe` of tools/h200_check.sh does this):
+// Build and run (the H200 stage `tok64_probe` of tools/h200_check.sh does this; it compiles off-device as well,
+// ~4 min on 2 cores, and the binary can be carried):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-//        -I <nvidia-cutlass include> -I vllm_blockfp8/csrc tools/tok64_split_probe.cu -o probe && ./probe out.json
+//        -I <nvidia-cutlass include> -I vllm_blockfp8/csrc tools/tok64_split_probe.cu -o probe \
+//     && ./probe out.json [timeline.txt]
 #include "gemm/sm90_tok64_fitn.cu"
 
 #include <climits>
