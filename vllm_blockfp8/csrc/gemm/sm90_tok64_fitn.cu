@@ -148,17 +148,6 @@ __device__ __forceinline__ void for_each_index(F&& f, std::integer_sequence<int,
   (f(cute::Int<I>{}), ...);
 }
 
-template <class Out>
-__device__ __forceinline__ void store_pair(Out* d, float x, float y);
-template <>
-__device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* d, float x, float y) {
-  *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(x, y);
-}
-template <>
-__device__ __forceinline__ void store_pair<__half>(__half* d, float x, float y) {
-  *reinterpret_cast<__half2*>(d) = __floats2half2_rn(x, y);
-}
-
 // x and y rounded to Out, as the 32 bits of a pair (x in the low half).
 template <class Out>
 __device__ __forceinline__ uint32_t pack_pair(float x, float y);
@@ -434,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int r = m0 + row + 8 * ((i / 2) % 2);
       const int c = n0 + 8 * (i / 4) + 2 * q;
       if (r < p.m && c < p.n && (!kNoStores || acc(i) == -1.2345f))
-        store_pair(d + int64_t(r) * p.n + c, acc(i), acc(i + 1));
+        *reinterpret_cast<uint32_t*>(d + int64_t(r) * p.n + c) = pack_pair<Out>(acc(i), acc(i + 1));
     }
     mark(5);
     return;
