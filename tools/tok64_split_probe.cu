@@ -11,8 +11,9 @@
 // row; twenty-fourth session: also 48 / 80 wide. Twenty-fifth session: the fixed cost per call (the intercept
 // of the fit; 1.3-2.3 us above DeepGEMM's at 96-192 wide) taken apart: the row and its loop alone (no loads), each
 // also without the resident weight-scale copy and its wait, without the epilogue's stores, and with the K loop not
-// unrolled (a fraction of the code), plus the skeleton (launch, barriers, nothing else) (call 1: the epilogue's
-// stores and the wait for the weight scales were most of it); call 2 timed the row against its fixes undone (the
+// unrolled (a fraction of the code; it saved nothing and its bit is gone), plus the skeleton (launch, barriers,
+// nothing else). Call 1: the epilogue's stores and the wait for the weight scales were most of it; call 2 timed the
+// row against its fixes undone (the
 // quad-transposed 16-byte stores: kept; the weight scales on stage 0's barrier: not kept, code at git 19e4df5). The
 // variants now: the row with and without the quad stores, without stores, without weight scales, the skeleton.
 //

@@ -9,9 +9,8 @@
 // one file per row of the table below (the `_ovl` rows run our own consumer loop on that collective:
 // sm90_overlap_mainloop.cuh); the `sm90_tok64_fitn` row is a kernel of our own (sm90_tok64_fitn.cu:
 // 64-token tiles, a weight-tile width per problem). A row may carry a selection precondition (mostly the
-// 64-row rows: their tiles fill one wave, or at M = 112..128 the 128x64 row leaves a thin second wave (below 96
-// SMs); the
-// tok64 row: 96 tiles up to one wave, 32-96 wide (144-192 where no other row fits one wave), M = 65..128;
+// 64-row rows: their tiles fill one wave, or at M = 112..128 the 128x64 row leaves a thin second wave, below 96
+// SMs; the tok64 row: 96 tiles up to one wave, 32-96 wide (144-192 where no other row fits one wave), M = 65..128;
 // the 128x32 row above M = 48: few 64-row tiles;
 // the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row; the
 // `_persistent` 128x64 row: the plain one would run K whole;

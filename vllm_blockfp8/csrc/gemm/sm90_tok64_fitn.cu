@@ -73,7 +73,6 @@ constexpr int kRuntimeBoundary = 16;   // the straddle boundary as a runtime val
 // The fixed cost per call apart (twenty-fifth session): each leaves one part of the prologue, epilogue or code out.
 constexpr int kNoWeightScales = 32;    // no resident weight-scale copy and no wait on it; every weight scale is 1
 constexpr int kNoStores = 64;          // the epilogue stores nothing (the accumulators kept live by a compare)
-constexpr int kNotUnrolled = 128;      // the K loop not unrolled (stage index at run time): a fraction of the code
 constexpr int kDirectStores = 256;     // the epilogue before the twenty-fifth session: 4 bytes a lane as the wgmma
                                        // accumulator holds them (each warp store: 8 rows x 16 bytes, half sectors)
 constexpr int kTimeline = 512;         // thread 0 writes %globaltimer and clock64 at 6 points of its CTA's life to
@@ -190,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kThreadRelease = kProbe & probe::kThreadRelease;
   constexpr bool kBoundaryAtCompileTime = T::kBoundaryAtCompileTime && !(kProbe & probe::kRuntimeBoundary);
   constexpr bool kNoWeightScales = kProbe & probe::kNoWeightScales, kNoStores = kProbe & probe::kNoStores;
-  constexpr bool kNotUnrolled = kProbe & probe::kNotUnrolled, kDirectStores = kProbe & probe::kDirectStores;
+  constexpr bool kDirectStores = kProbe & probe::kDirectStores;
   constexpr bool kTimeline = kProbe & probe::kTimeline;
   const auto mark = [&](const int i) TOK64_INLINE {
     if constexpr (kTimeline) {
@@ -394,14 +393,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto k_loop = [&](auto boundary) TOK64_INLINE {
     uint32_t phase = 0;
     int kb = 0;
-    if constexpr (kNotUnrolled) {
-#pragma unroll 1
-      for (int s = 0; kb < p.k_blocks; ++kb) {
-        block(s, phase, kb, boundary);
-        if (++s == S) s = 0, phase ^= 1;
-      }
-      return;
-    }
     for (; kb + S <= p.k_blocks; kb += S, phase ^= 1) {
       CUTLASS_PRAGMA_UNROLL
       for (int s = 0; s < S; ++s) block(s, phase, kb + s, boundary);
