@@ -12,10 +12,8 @@ activations and their scales; full-linear floors count 16-bit activations.
   python -m benchmarks.bench_gemm --dry-run               # no GPU: fake timings
 
 --pdl MODES adds ours under each SM90 launch mode named (BLOCKFP8_SM90_PDL's values, set per capture
-with ops.sm90_pdl) as impl "ours@pdl=MODE"; "ours" keeps the process's mode. --fused-quant MODES does
-the same for the full linear's fused quantizer (BLOCKFP8_SM90_FUSED_QUANT, ops.sm90_fused_quant) as
-"ours@fq=MODE". tools/ab_compare.py --impls compares them with "ours" (or selected reads them as rows
-against it).
+with ops.sm90_pdl) as impl "ours@pdl=MODE"; "ours" keeps the process's mode. tools/ab_compare.py
+--impls compares them with "ours" (or selected reads them as rows against it).
 """
 
 from __future__ import annotations
@@ -30,21 +28,18 @@ from . import harness, peers
 SCRIPT = "bench_gemm"
 
 
-def _in_mode(ops, switch, mode, fn):
-    """fn() with the ops context manager `switch` (sm90_pdl, sm90_fused_quant) in `mode`."""
-    with contextlib.nullcontext() if ops is None else getattr(ops, switch)(mode):  # ops is None in a dry run
+def _in_launch_mode(ops, mode, fn):
+    with contextlib.nullcontext() if ops is None else ops.sm90_pdl(mode):  # ops is None in a dry run
         return fn()
 
 
-def _modes(option: str, env: str):
-    def parse(spec: str) -> list[str]:
-        from vllm_blockfp8.ops import SM90_ENV_SWITCHES  # noqa: PLC0415 (the allowed values' one home)
-        modes = [x for x in spec.split(",") if x]
-        bad = [x for x in modes if x not in SM90_ENV_SWITCHES[env]]
-        if bad:
-            raise SystemExit(f"{option}: unknown modes {bad}; known: {', '.join(SM90_ENV_SWITCHES[env])}")
-        return modes
-    return parse
+def _pdl_modes(spec: str) -> list[str]:
+    from vllm_blockfp8.ops import SM90_ENV_SWITCHES  # noqa: PLC0415 (the allowed values' one home)
+    modes = [x for x in spec.split(",") if x]
+    bad = [x for x in modes if x not in SM90_ENV_SWITCHES["BLOCKFP8_SM90_PDL"]]
+    if bad:
+        raise SystemExit(f"--pdl: unknown modes {bad}; known: {', '.join(SM90_ENV_SWITCHES['BLOCKFP8_SM90_PDL'])}")
+    return modes
 
 
 def our_variants(args, op, ops, ops_why, copies, checker, m, n, k) -> list[harness.Variant]:
@@ -64,15 +59,11 @@ def our_variants(args, op, ops, ops_why, copies, checker, m, n, k) -> list[harne
         "ours", row="dry" if dry else peers.selected_row(ops, family, m, n, k), strict=False,
         check=None if dry else checker.linear(*kinds),
         factory=lambda i: (lambda c=copies[i]: call(c)))]
-    switched = [("pdl", "sm90_pdl", mode) for mode in args.pdl]
-    if op == "linear":
-        switched += [("fq", "sm90_fused_quant", mode) for mode in args.fused_quant]
-    for label, switch, mode in switched:
+    for mode in args.pdl:
         out.append(harness.Variant(
-            f"ours@{label}={mode}", row="dry" if dry else peers.selected_row(ops, family, m, n, k), strict=False,
+            f"ours@pdl={mode}", row="dry" if dry else peers.selected_row(ops, family, m, n, k), strict=False,
             check=None if dry else checker.linear(*kinds),
-            factory=lambda i, switch=switch, mode=mode: (
-                lambda c=copies[i]: _in_mode(ops, switch, mode, lambda: call(c)))))
+            factory=lambda i, mode=mode: (lambda c=copies[i]: _in_launch_mode(ops, mode, lambda: call(c)))))
     if args.rows and op == "gemm":
         rows = list(enumerate(peers.forced_rows(ops, "gemm", dry)))
         if args.rows != "all":  # the named rows, in the order given (alternate it between runs)
@@ -95,11 +86,8 @@ def main(argv=None) -> int:
                         help="GEMM only, full linear, or both (default)")
     parser.add_argument("--rows", nargs="?", const="all", default=None,
                         help="also time forced GEMM rows: every row, or the comma-separated names given")
-    parser.add_argument("--pdl", type=_modes("--pdl", "BLOCKFP8_SM90_PDL"), default=[],
+    parser.add_argument("--pdl", type=_pdl_modes, default=[],
                         help="also time ours under these SM90 launch modes (comma-separated: 0, 1, gemm)")
-    parser.add_argument("--fused-quant", type=_modes("--fused-quant", "BLOCKFP8_SM90_FUSED_QUANT"), default=[],
-                        help="also time the full linear with the quantizer fused into the SM90 GEMM off / on "
-                             "(comma-separated: 0, 1)")
     args = parser.parse_args(argv)
     runner = harness.start(SCRIPT, args)
     ms = harness.parse_m(args.m)

@@ -40,7 +40,6 @@ _SCHEMAS = {
     "gemm_k_plan": "gemm_k_plan(int row, int m, int n, int k, int sm_count) -> str",
     "build_info": "build_info() -> str",
     "set_sm90_pdl": "set_sm90_pdl(str mode) -> str",
-    "set_sm90_fused_quant": "set_sm90_fused_quant(str mode) -> str",
 }
 
 _lib = torch.library.Library("blockfp8", "DEF")  # noqa: TOR901 - the schemas' one home
@@ -67,7 +66,6 @@ SM90_ENV_SWITCHES = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n")
                   "BLOCKFP8_SM90_SPLITS": ("1", "2", "3", "4", "6", "8"),
                   "BLOCKFP8_SM90_REDUCTION": ("deterministic", "nondeterministic"),
                   "BLOCKFP8_SM90_PDL": ("0", "1", "gemm"),
-                  "BLOCKFP8_SM90_FUSED_QUANT": ("0", "1"),
                   "BLOCKFP8_SM90_TILE_N": ("16", "32", "48", "64", "80", "96", "112", "128", "144", "160", "192")}
 
 
@@ -344,7 +342,6 @@ if not HAS_CUDA_KERNELS:
     _lib.impl("gemv_pins_residency", lambda cb, sm, ks, mt: False, "CompositeExplicitAutograd")
     _lib.impl("gemm_k_plan", lambda row, m, n, k, sm: "", "CompositeExplicitAutograd")
     _lib.impl("set_sm90_pdl", lambda mode: "0", "CompositeExplicitAutograd")
-    _lib.impl("set_sm90_fused_quant", lambda mode: "0", "CompositeExplicitAutograd")
 
 
 def tile_table(family: str) -> list:
@@ -380,8 +377,7 @@ def gemm_k_plan(row: int, m: int, n: int, k: int, sm_count: Optional[int] = None
     tile order in the BLOCKFP8_SM90_RASTER / _SWIZZLE vocabulary, with the swizzle CUTLASS ends up using; the
     workspace the launch allocates: 0 for data-parallel plans, else split/stream-K state or K-slice partials;
     the weight-tile width where the row picks one per problem, `sm90_tok64_fitn`, else 0; "pdl": whether it
-    launches programmatically in this process's launch mode, set_sm90_pdl; "fuses_quant": whether the row can
-    run the linear's activation quantizer itself, set_sm90_fused_quant).
+    launches programmatically in this process's launch mode, set_sm90_pdl).
     Host logic (sm_count defaults to the current GPU's; give it to ask without a GPU), with the
     BLOCKFP8_SM90_* switches applied. None when the build has no SM90 GEMM."""
     if sm_count is None:
@@ -406,36 +402,14 @@ def set_sm90_pdl(mode: str) -> str:
     return torch.ops.blockfp8.set_sm90_pdl(mode)
 
 
-def set_sm90_fused_quant(mode: str) -> str:
-    """Set whether this process's W8A8 linear runs its activation quantizer inside the SM90 GEMM
-    (``BLOCKFP8_SM90_FUSED_QUANT``'s values: ``0``, ``1``) and return the previous mode. Only where the
-    selected GEMM row can (the 128x128 cooperative rows); the results are the same bits either way. Like
-    ``set_sm90_pdl``, a CUDA graph keeps the mode it was captured in. Without the compiled extension it
-    returns ``0``.
-    """
-    allowed = SM90_ENV_SWITCHES["BLOCKFP8_SM90_FUSED_QUANT"]
-    _need(mode in allowed, f"set_sm90_fused_quant: mode must be one of {', '.join(allowed)}, got {mode!r}")
-    return torch.ops.blockfp8.set_sm90_fused_quant(mode)
-
-
 @contextlib.contextmanager
-def _switched(setter, mode: str):
-    was = setter(mode)
+def sm90_pdl(mode: str):
+    """``set_sm90_pdl(mode)`` for the calls (or the graph capture) inside the block, then the mode before it."""
+    was = set_sm90_pdl(mode)
     try:
         yield
     finally:
-        setter(was)
-
-
-def sm90_pdl(mode: str):
-    """``set_sm90_pdl(mode)`` for the calls (or the graph capture) inside the block, then the mode before it."""
-    return _switched(set_sm90_pdl, mode)
-
-
-def sm90_fused_quant(mode: str):
-    """``set_sm90_fused_quant(mode)`` for the calls (or the graph capture) inside the block, then the mode before
-    it."""
-    return _switched(set_sm90_fused_quant, mode)
+        set_sm90_pdl(was)
 
 
 def build_info() -> dict:

@@ -152,19 +152,6 @@ bool quant_triggers(int64_t k) {
   return sm90_pdl_mode().load(std::memory_order_relaxed) == kPdlQuantTriggers && k <= kPdlMaxK;
 }
 
-// BLOCKFP8_SM90_FUSED_QUANT (0 | 1, default 0): 1 runs the linear's activation quantizer inside the SM90 GEMM where
-// the selected GEMM row can (gemm/sm90_fused_quant.cuh: the 128x128 cooperative rows), one launch instead of two;
-// the same bits either way. Like BLOCKFP8_SM90_PDL it can be changed in a running process (op
-// set_sm90_fused_quant), so a benchmark can time both in one process; a captured graph keeps the mode it was
-// captured in.
-std::atomic<bool>& sm90_fused_quant_mode() {
-  static std::atomic<bool> on([] {
-    const char* v = std::getenv("BLOCKFP8_SM90_FUSED_QUANT");
-    return v != nullptr && std::string(v) == "1";  // ops.py rejects other values than 0 and 1 at import
-  }());
-  return on;
-}
-
 const Sm90Switches& sm90_env_switches() {
   static const Sm90Switches switches = [] {
     Sm90Switches o;
@@ -306,46 +293,6 @@ Tensor run_gemv(const Tensor& x, const Tensor& b, const Tensor& b_scale, int64_t
   return out;
 }
 
-#ifdef BLOCKFP8_HAS_SM90_GEMM
-// The W8A8 linear as one launch where the GEMM row the problem selects quantizes its own activations
-// (BLOCKFP8_SM90_FUSED_QUANT); nullopt where it does not (the caller then quantizes first). The scales get a
-// leading dimension of round_up(M, 32), which the fused kernel needs (gemm.h).
-std::optional<Tensor> run_fused_quant_gemm(const Tensor& x, const Tensor& b, const Tensor& b_scale,
-                                           const DeviceFacts& dev) {
-  const int64_t m = x.size(0), n = b.size(0), k = x.size(1);
-  if (!sm90_fused_quant_mode().load(std::memory_order_relaxed) || dev.cc != 90 || m == 0) return std::nullopt;
-  gemm::Problem p{};
-  p.m = m, p.n = n, p.k = k;
-  p.a_scale_ld = (m + 31) / 32 * 32;
-  p.out_bf16 = x.scalar_type() == ScalarType::BFloat16;
-  p.sm_count = dev.sm_count;
-  apply_sm90_switches(p);
-  p.pdl = false;  // the counters' memset runs between the previous kernel and this one
-  const int i = gemm::select(p);  // the row the quantized problem runs on
-  if (i < 0 || !gemm::fuses_quant(i)) return std::nullopt;
-  p.x = x.data_ptr();
-  p.x_stride = x.stride(0);
-  if (gemm::rejects(i, p) != nullptr) return std::nullopt;
-  Tensor q = torch::stable::new_empty(x, {m, k}, ScalarType::Float8_e4m3fn);
-  Tensor s = torch::stable::new_empty(x, {k / kGroup, p.a_scale_ld}, ScalarType::Float);
-  Tensor out = torch::stable::new_empty(x, {m, n});
-  p.a = q.data_ptr();
-  p.a_scale = static_cast<const float*>(s.data_ptr());
-  p.b = b.data_ptr();
-  p.b_scale = static_cast<const float*>(b_scale.data_ptr());
-  p.d = out.data_ptr();
-  const char* why = gemm::rejects(i, p);
-  STD_TORCH_CHECK(why == nullptr, "blockfp8: fused quant GEMM row ", gemm::row(i).name, ": ", why);
-  log_row("gemm+quant", gemm::row(i).name, m, n, k);
-  const size_t ws_bytes = gemm::workspace_bytes(i, p);
-  Tensor ws = torch::stable::new_empty(x, {int64_t(ws_bytes)}, ScalarType::Byte);
-  p.workspace = ws.data_ptr();
-  p.workspace_size = ws_bytes;
-  check_cuda(gemm::launch(i, p, current_stream(x)), gemm::row(i).name);
-  return out;
-}
-#endif
-
 Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const Tensor& b_scale, ScalarType out_dtype,
                 int64_t row, const DeviceFacts& dev) {
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
@@ -453,12 +400,6 @@ Tensor op_linear(Tensor x, Tensor b, Tensor b_scale, std::optional<Tensor> bias,
       // A strided x is made contiguous first, as the H200-tested path did; the quantizer could
       // read it in place (the op does), which the next GPU run can measure and then adopt here.
       Tensor xc = x.is_contiguous() ? x : torch::stable::contiguous(x);
-#ifdef BLOCKFP8_HAS_SM90_GEMM
-      if (std::optional<Tensor> fused = run_fused_quant_gemm(xc, b, b_scale, dev)) {
-        out = *fused;
-        break;
-      }
-#endif
       auto [q, s] = quantize(xc, -1, dev);
       out = run_gemm(q, s, b, b_scale, x.scalar_type(), -1, dev);
       break;
@@ -591,8 +532,7 @@ std::string op_gemm_k_plan(int64_t row, int64_t m, int64_t n, int64_t k, int64_t
   return std::string("{\"row\": \"") + gemm::row(int(row)).name + "\", \"plan\": \"" + what + "\", \"order\": \"" +
          raster + ":" + std::to_string(plan.swizzle) + "\", \"workspace_bytes\": " +
          std::to_string(gemm::workspace_bytes(int(row), p)) + ", \"tile_n\": " + std::to_string(plan.tile_n) +
-         ", \"pdl\": " + (p.pdl ? "true" : "false") + ", \"fuses_quant\": " +
-         (gemm::fuses_quant(int(row)) ? "true" : "false") + "}";
+         ", \"pdl\": " + (p.pdl ? "true" : "false") + "}";
 #else
   (void)row, (void)m, (void)n, (void)k, (void)sm_count;
   return std::string();
@@ -608,12 +548,6 @@ std::string op_set_sm90_pdl(std::string mode) {
   const int m = parse_pdl_mode(mode);
   STD_TORCH_CHECK(m >= 0, "blockfp8: set_sm90_pdl: mode must be 0, 1 or gemm, got '", mode, "'");
   return pdl_mode_name(sm90_pdl_mode().exchange(m));
-}
-
-// Sets this process's BLOCKFP8_SM90_FUSED_QUANT mode ("0" or "1"); returns the previous one.
-std::string op_set_sm90_fused_quant(std::string mode) {
-  STD_TORCH_CHECK(mode == "0" || mode == "1", "blockfp8: set_sm90_fused_quant: mode must be 0 or 1, got '", mode, "'");
-  return sm90_fused_quant_mode().exchange(mode == "1") ? "1" : "0";
 }
 
 std::string op_build_info() {
@@ -657,5 +591,4 @@ STABLE_TORCH_LIBRARY_IMPL(blockfp8, CompositeExplicitAutograd, m) {
   m.impl("gemm_k_plan", TORCH_BOX(&blockfp8::op_gemm_k_plan));
   m.impl("build_info", TORCH_BOX(&blockfp8::op_build_info));
   m.impl("set_sm90_pdl", TORCH_BOX(&blockfp8::op_set_sm90_pdl));
-  m.impl("set_sm90_fused_quant", TORCH_BOX(&blockfp8::op_set_sm90_fused_quant));
 }

@@ -56,12 +56,6 @@ struct Problem {
   // does); its CTAs set up (barriers, descriptors) and wait in griddepcontrol.wait before their first
   // global read (sm90_kernel.cuh).
   bool pdl = false;
-  // The activation quantizer fused into the GEMM (rows where fuses_quant(i); sm90_fused_quant.cuh): with x set,
-  // the row reads x (16-bit, the output's type, [m, k] with row stride x_stride elements, rows 16-byte aligned),
-  // WRITES a (fp8 [m, k]) and a_scale (M-major, a_scale_ld % 32 == 0, 128-byte aligned) exactly as
-  // quant::launch would, and multiplies those. nullptr: a and a_scale are inputs.
-  const void* x = nullptr;
-  int64_t x_stride = 0;
   void* workspace = nullptr;       // >= workspace_bytes(row, problem) bytes, 16-byte aligned
   size_t workspace_size = 0;
 };
@@ -78,11 +72,7 @@ const char* rejects(int i, const Problem& p);
 // rule some rows carry, e.g. "its tiles fill one wave") holds; -1 if none.
 int select(const Problem& p);
 
-// Whether row i can quantize its own activations (Problem::x).
-bool fuses_quant(int i);
-
-// Device scratch that launch(i, p) needs (stream-K partial tiles and their flags, the fused quantizer's counters);
-// 0 when none.
+// Device scratch that launch(i, p) needs (stream-K partial tiles and their flags); 0 when none.
 // Depends on m, n, k, sm_count and the tile order only, so the caller can size it before filling
 // the pointers.
 // launch() zeroes what it needs on the stream itself, so the buffer may come uninitialized.

@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <limits>
 
-#include "../common/vector_rows.h"
 #include "gemm.h"
 #include "sm90_kernel.h"
 #include "sm90_tok64.h"
@@ -43,9 +42,6 @@ struct Sm90Row {
   KPlan (*plan)(const Problem&);
   // Selection precondition (speed, not capability: a forced row runs without it); nullptr = any.
   bool (*prefers)(const Problem&) = nullptr;
-  // The row with the activation quantizer fused (Problem::x), where it has one; else nullptr.
-  cudaError_t (*launch_fused)(const Problem&, cudaStream_t) = nullptr;
-  size_t (*fused_workspace)(const Problem&) = nullptr;
 };
 
 template <class Cfg>
@@ -53,14 +49,6 @@ constexpr Sm90Row make_row(const char* name, int64_t max_m, const char* reason,
                            bool (*prefers)(const Problem&) = nullptr) {
   return {{name, max_m, reason}, &sm90::launch_config<Cfg>, &sm90::workspace_config<Cfg>, &sm90::plan_config<Cfg>,
           prefers};
-}
-
-// A row that also runs with the activation quantizer fused (sm90_fused_quant.cuh; instantiated in sm90_<name>_fq.cu).
-template <class Cfg>
-constexpr Sm90Row make_fusing_row(const char* name, int64_t max_m, const char* reason,
-                                  bool (*prefers)(const Problem&) = nullptr) {
-  return {{name, max_m, reason}, &sm90::launch_config<Cfg>, &sm90::workspace_config<Cfg>, &sm90::plan_config<Cfg>,
-          prefers, &sm90::launch_fused_config<Cfg>, &sm90::fused_workspace_config<Cfg>};
 }
 
 using sm90::tile_count;
@@ -283,7 +271,7 @@ const Sm90Row kRows[] = {
       "time at 10 such points (2112x7168 at M = 1024, 136 tiles on 132 SMs: 0.77), 0.74-0.94x (geomean 0.84) at 14 "
       "held-out ones; 0.98-1.16x at short K and 1.03-1.50x with fuller last waves (gemm/NOTES.md ninth session)",
       &streams_tail_wave),
-  make_fusing_row<Sm90Coop128Epilogue64x3>("sm90_coop_128x128x128_c2x1_ovl_epi64x3", kUnboundedM,
+  make_row<Sm90Coop128Epilogue64x3>("sm90_coop_128x128x128_c2x1_ovl_epi64x3", kUnboundedM,
       "K <= 4096 from M = 1024: the row below with 128x64 epilogue subtiles in three buffers (no wait on a store "
       "within a tile, where CUTLASS's 128x32 subtiles wait three times; 5 mainloop stages instead of 6), where "
       "the tile change is a large part of a tile's work: 0.80-0.92x its time on 32768x512, 0.895-1.002x (geomean "
@@ -292,7 +280,7 @@ const Sm90Row kRows[] = {
       "at K = 2304-3840 (nineteenth session, E18), 0.987 at 24 fresh points at K = 4096 (twenty-second session, "
       "E18b; gemm/NOTES.md)",
       &has_short_k),
-  make_fusing_row<Sm90Coop128>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
+  make_row<Sm90Coop128>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
@@ -348,48 +336,15 @@ Problem with_tile_order(Problem p) {
   return p;
 }
 
-// Default tile order of a fused launch (Problem::x): along N in bands of kFusedBandClusters clusters of M blocks,
-// so a wave covers few M blocks and their activations are quantized as the GEMM goes. Along M, as with_tile_order
-// takes from M = 2048, the first wave covers every M block: all of x would have to be quantized during it (E26,
-// gemm/NOTES.md twenty-sixth session).
-constexpr int kFusedBandClusters = 4;
-Problem fused_tile_order(Problem p) {
-  if (p.raster < 0) {
-    p.raster = 2;
-    p.max_swizzle = kFusedBandClusters;
-    p.fit_swizzle = true;
-  }
-  return p;
-}
-
-// What a fused launch (Problem::x) needs beyond rejects_any.
-const char* rejects_fused(const Problem& p) {
-  if (p.x_stride < p.k) return "x_stride must be >= k";
-  // The quant warps pack (M block, unit) into one int32: 16 units (8 rows each) per 128-row M block and K block.
-  if (p.k / 128 * 16 > 0xffff || (p.m + 127) / 128 > 0x7fff) return "with x, k must be < 524288 and m < 2^22";
-  if (!rows_16byte_aligned(p.x, p.m, p.x_stride)) return kRowsNot16ByteAligned;
-  // One 128-byte line of a_scale per (M block, K block): see sm90_fused_quant.cuh.
-  if (p.a_scale_ld % 32 != 0 || !aligned(p.a_scale, 128))
-    return "with x, a_scale must be 128-byte aligned and a_scale_ld a multiple of 32";
-  return nullptr;
-}
-
 }  // namespace
 
 int num_rows() { return kNumRows; }
 
 const TileRow& row(int i) { return kRows[i].info; }
 
-bool fuses_quant(int i) { return i >= 0 && i < kNumRows && kRows[i].launch_fused != nullptr; }
-
 const char* rejects(int i, const Problem& p) {
   if (i < 0 || i >= kNumRows) return "row index out of range";
-  if (const char* why = rejects_any(p)) return why;
-  if (p.x != nullptr) {
-    if (!fuses_quant(i)) return "this row does not quantize its activations (x must be nullptr)";
-    return rejects_fused(p);
-  }
-  return nullptr;
+  return rejects_any(p);
 }
 
 int select(const Problem& p) {
@@ -403,8 +358,7 @@ int select(const Problem& p) {
 size_t workspace_bytes(int i, const Problem& p) {
   // Only the sizes matter here (the caller sizes the buffer before filling the pointers).
   if (i < 0 || i >= kNumRows || p.m < 1 || p.n < 1 || p.k < 128 || p.sm_count <= 0) return 0;
-  return p.x != nullptr && fuses_quant(i) ? kRows[i].fused_workspace(fused_tile_order(p))
-                                          : kRows[i].workspace(with_tile_order(p));
+  return kRows[i].workspace(with_tile_order(p));
 }
 
 KPlan k_plan(int i, const Problem& p) {
@@ -417,7 +371,6 @@ cudaError_t launch(int i, const Problem& p, cudaStream_t s) {
   if (p.m == 0) return cudaSuccess;
   if (p.a == nullptr || p.b == nullptr || p.a_scale == nullptr || p.b_scale == nullptr || p.d == nullptr)
     return cudaErrorInvalidValue;
-  if (p.x != nullptr) return kRows[i].launch_fused(fused_tile_order(p), s);
   return kRows[i].launch(with_tile_order(p), s);
 }
 

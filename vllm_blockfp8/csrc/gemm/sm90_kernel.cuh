@@ -35,7 +35,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -56,7 +55,6 @@
 #include "cutlass/gemm/kernel/tile_scheduler_params.h"
 #include "cutlass/numeric_types.h"
 
-#include "sm90_fused_quant.cuh"
 #include "sm90_kernel.h"
 #include "sm90_overlap_mainloop.cuh"
 
@@ -351,14 +349,6 @@ struct Gemm {
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arguments = typename Kernel::Arguments;
 
-  // The same row quantizing its own activations (sm90_fused_quant.cuh): its loads gated per K block, x of the
-  // output's type.
-  using XType = std::conditional_t<std::is_same_v<ElementD, cutlass::bfloat16_t>, __nv_bfloat16, __half>;
-  using FusedBase = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
-                                                         GatedLoadMainloop<CollectiveMainloop>, CollectiveEpilogue,
-                                                         cutlass::gemm::PersistentScheduler>;
-  using FusedKernel = FusedQuantKernel<FusedBase, XType>;
-
   // Per-token scales: ((1, rows), (128, kb), batches) : ((0, 1), (0, ld), batch_stride). The row
   // extent is the true m (not round_up(m, 4)): the TMA descriptor only needs 16-byte column
   // strides, and a partial last tile is zero-filled instead of reading the quantizer's padding
@@ -370,8 +360,7 @@ struct Gemm {
   }
 
   // slices > 1: the K-slice batched problem (header comment), D = fp32 partials [slices, m, n].
-  template <class K = Kernel>
-  static typename K::Arguments arguments(const Problem& p, int slices = 1) {
+  static Arguments arguments(const Problem& p, int slices = 1) {
     const int32_t m = static_cast<int32_t>(p.m);
     const int32_t n = static_cast<int32_t>(p.n);
     const int32_t k = static_cast<int32_t>(p.k);
@@ -382,7 +371,7 @@ struct Gemm {
     const auto* act = static_cast<const ElementAB*>(p.a);
     const auto* wgt = static_cast<const ElementAB*>(p.b);
 
-    typename K::Arguments args{};
+    Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
     args.hw_info.device_id = 0;  // only read when sm_count <= 0, which sm90.cu rejects
     args.hw_info.sm_count = p.sm_count;
@@ -444,40 +433,6 @@ struct Gemm {
   }
 
   static size_t workspace(const Problem& p, int slices = 1) { return Kernel::get_workspace_size(arguments(p, slices)); }
-
-  // Fused launch: the quantizer's counters at the start of the workspace (cleared here, on the stream), the
-  // kernel's own workspace after them.
-  static size_t fused_counter_bytes(const Problem& p) {
-    const int64_t words = fused_counter_words((p.m + kQuantMBlock - 1) / kQuantMBlock, p.k / kScaleBlock);
-    return (size_t(words) * sizeof(uint32_t) + 255) / 256 * 256;
-  }
-  static size_t fused_workspace(const Problem& p) {
-    return fused_counter_bytes(p) + FusedKernel::get_workspace_size(arguments<FusedBase>(p));
-  }
-  static cudaError_t launch_fused(const Problem& p, cudaStream_t stream) {
-    const size_t counters = fused_counter_bytes(p);
-    if (fused_workspace(p) > p.workspace_size) return cudaErrorInvalidValue;
-    typename FusedKernel::Arguments args;
-    static_cast<typename FusedBase::Arguments&>(args) = arguments<FusedBase>(p);
-    FusedQuantArgs& q = args.quant;
-    q.x = p.x;
-    q.x_stride = p.x_stride;
-    q.q = static_cast<uint8_t*>(const_cast<void*>(p.a));
-    q.s = const_cast<float*>(p.a_scale);
-    q.s_ld = p.a_scale_ld;
-    q.m = int32_t(p.m);
-    q.k_blocks = int32_t(p.k / kScaleBlock);
-    q.m_blocks = int32_t((p.m + kQuantMBlock - 1) / kQuantMBlock);
-    q.counters = static_cast<uint32_t*>(p.workspace);
-    if (const char* probe = std::getenv("BLOCKFP8_FQ_PROBE")) q.probe = std::atoi(probe);
-    if (const cudaError_t err = cudaMemsetAsync(p.workspace, 0, counters, stream); err != cudaSuccess) return err;
-    cutlass::gemm::device::GemmUniversalAdapter<FusedKernel> op;
-    cutlass::Status status = op.initialize(args, static_cast<char*>(p.workspace) + counters, stream);
-    if (status == cutlass::Status::kSuccess) status = op.run(stream, nullptr, p.pdl);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-    return status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorLaunchFailure;
-  }
 
   static cudaError_t launch(const Problem& p, cudaStream_t stream, int slices = 1) {
     const Arguments args = arguments(p, slices);
@@ -547,21 +502,6 @@ KPlan plan_config(const Problem& p) {
     }
   }
   return plan;
-}
-
-// The row quantizing its own activations (sm90_fused_quant.cuh); instantiated only for the rows whose table entry
-// lists it, in their own sm90_<row>_fq.cu files.
-template <class Cfg>
-cudaError_t launch_fused_config(const Problem& p, cudaStream_t stream) {
-  static_assert(!Cfg::kSwapAB && !Cfg::kSliceK && Cfg::kSchedule == Schedule::kCooperative,
-                "the fused quantizer runs on unswapped persistent cooperative rows");
-  return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::launch_fused(p, stream)
-                    : Gemm<Cfg, cutlass::half_t>::launch_fused(p, stream);
-}
-
-template <class Cfg>
-size_t fused_workspace_config(const Problem& p) {
-  return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::fused_workspace(p) : Gemm<Cfg, cutlass::half_t>::fused_workspace(p);
 }
 
 template <class Cfg>

@@ -130,11 +130,4 @@ size_t workspace_config(const Problem& p);
 template <class Cfg>
 KPlan plan_config(const Problem& p);
 
-// The row with the activation quantizer fused (Problem::x set; sm90_fused_quant.cuh), for the rows that list it.
-template <class Cfg>
-cudaError_t launch_fused_config(const Problem& p, cudaStream_t stream);
-
-template <class Cfg>
-size_t fused_workspace_config(const Problem& p);
-
 }  // namespace blockfp8::gemm::sm90
