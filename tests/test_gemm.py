@@ -290,6 +290,30 @@ def test_stream_k_tail_is_reproducible(m, n, k):
     _assert_same_bits_twice("sm90_coop_128x128x128_c2x1_ovl_sk", m, n, k, "stream-K", seed=13)
 
 
+# The row on the issue-ahead kernel (sm90_issue_ahead_kernel.cuh) and a row on CUTLASS's kernel with the same
+# arithmetic: the `_sk` row runs CUTLASS's kernel with the same consumer loop and, where its stream-K rule does not
+# fire (K < 48 blocks), data-parallel: per tile the same wgmma, scale products and FFMAs, one rounding to the output.
+ISSUE_AHEAD_ROW = "sm90_coop_128x128x128_c2x1_ovl_epi64x3"
+CUTLASS_KERNEL_ROW = "sm90_coop_128x128x128_c2x1_ovl_sk"
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("m,n,k", [(4096, 6144, 512), (1000, 2112, 128), (3000, 576, 1024), (8192, 4096, 4096),
+                                   (777, 9728, 256), (2053, 7168, 2048)])
+def test_issue_ahead_row_gives_the_cutlass_kernels_bits(m, n, k, out_dtype):
+    """Issuing the next tile's first K block before the epilogue changes the order of work, not the
+    arithmetic: the same bits as CUTLASS's kernel on the same loop, on grids of 1-12 tiles per CTA, one
+    K block per tile included (the block issued ahead is then the whole tile), ragged M and N."""
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert ops.gemm_k_plan(ROWS.index(CUTLASS_KERNEL_ROW), m, n, k)["plan"] == "data-parallel"
+    a, a_scale, b, b_scale = _operands(m, n, k, seed=17)
+    got = ops.blockfp8_gemm(a, a_scale, b, b_scale, out_dtype, row=ISSUE_AHEAD_ROW)
+    poison_cuda_cache(m * n * 2)
+    want = ops.blockfp8_gemm(a, a_scale, b, b_scale, out_dtype, row=CUTLASS_KERNEL_ROW)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"M={m} N={n} K={k}"
+    _check(m, n, k, out_dtype, ISSUE_AHEAD_ROW, seed=17)
+
+
 @pytest.mark.parametrize("m", (5, 300))
 @pytest.mark.parametrize("row", ROWS)
 def test_cuda_graph_replay(row, m):

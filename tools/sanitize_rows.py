@@ -50,6 +50,10 @@ def _gemm_cases(row: dict):
     # Case 3: 56 K blocks on 17 weight tiles: the swap rows split each tile 3 ways (19 + 19 + 18
     # blocks, partials reduced through the workspace); the 128x128 row runs it data-parallel.
     cases = [(m, 4096, 1024), (m, 520, 384), (m, 256, 12288), (m, 2112, 7168)]
+    if row["max_m"] is None:
+        # Case 4: ~4 tiles per CTA (8 x 65 tiles, ragged M and N, 4 K blocks): the persistent rows' tile change
+        # runs, where the issue-ahead rows start the next tile's first block before the epilogue.
+        cases.append((1000, 8200, 512))
     if row["name"].startswith("sm90_tok64"):
         # Its widths past 128 (144 / 160 / 192 at M = 128; 6-7 stages, so 8 K blocks wrap the ring), ragged N;
         # then 48 / 80 / 96, the other selected widths whose tiles straddle scale blocks.

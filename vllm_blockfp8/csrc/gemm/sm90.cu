@@ -14,8 +14,9 @@
 // the 128x32 row above M = 48: few 64-row tiles;
 // the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row; the
 // `_persistent` 128x64 row: the plain one would run K whole;
-// the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles:
-// K <= 4096 from M = 1024); forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows
+// the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles and the
+// next tile's first K block issued before the epilogue (sm90_issue_ahead_kernel.cuh): K <= 4096 from M = 1024);
+// forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows
 // split K: the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
 // (where that saves more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
 // The 128x128 `_sk` row runs a nearly empty last wave as stream-K.
@@ -203,8 +204,11 @@ bool streams_tail_wave(const Problem& p) {
 // on six fresh K = 4096 layers (twenty-second session, E18b). At M = 384-768 (K <= 1024) it gained only 1.3-1.9%
 // (42 points): not taken there.
 constexpr int64_t kShortKMaxK = 4096, kShortKMinM = 1024;
+// Since E27 (twenty-seventh session) the row runs the issue-ahead kernel (sm90_issue_ahead_kernel.cuh): each tile's
+// first K block is issued before the previous tile's epilogue; 0.90-1.00x the row's time without it (geomean 0.969,
+// faster at all 32 points of the benchmark set's K <= 4096 layers at M = 1024..8192; 32768x512 0.90-0.92).
 using Sm90Coop128Epilogue64x3 =
-    Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 3>;
+    Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 3, true>;
 bool has_short_k(const Problem& p) {
   return p.m >= kShortKMinM && p.k <= kShortKMaxK;
 }
@@ -278,7 +282,8 @@ const Sm90Row kRows[] = {
       "0.959) at 28 fresh held-out points at K <= 1024 (seventeenth session, E15), 0.95-1.00x (geomean 0.974, "
       "faster at 70 of 72) at K = 1536-2048 (eighteenth session, E17), 0.97-1.00x (geomean 0.983 over 56 points) "
       "at K = 2304-3840 (nineteenth session, E18), 0.987 at 24 fresh points at K = 4096 (twenty-second session, "
-      "E18b; gemm/NOTES.md)",
+      "E18b); each tile's first K block issued before the previous tile's epilogue: 0.90-1.00x its time without "
+      "(geomean 0.969, faster at 32 of 32; twenty-seventh session, E27; gemm/NOTES.md)",
       &has_short_k),
   make_row<Sm90Coop128>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "

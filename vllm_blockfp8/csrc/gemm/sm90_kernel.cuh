@@ -9,7 +9,9 @@
 // clipped by the TMA store; the weight-scale loader predicates the scale block past ceil(n / 128).
 // Rows with Config::kConsumer == kOverlap keep this collective but run the consumer loop of
 // sm90_overlap_mainloop.cuh (promotion of block k-1 under block k's wgmma; the same arithmetic),
-// unswapped or swapped, under either scheduler.
+// unswapped or swapped, under either scheduler. Rows with Config::kIssueAhead (persistent, unswapped in the table)
+// run CUTLASS's kernel with the math warpgroups' order changed: each tile's first K block is issued before the
+// previous tile's epilogue (sm90_issue_ahead_kernel.cuh; the same bits).
 //
 // Operand roles. Unswapped: kernel-A = activations (M = m), kernel-B = weights (N = n); scale
 // granularity (1, 128, 128): SFA per token and M-major, SFB per 128x128 block and K-major.
@@ -55,6 +57,7 @@
 #include "cutlass/gemm/kernel/tile_scheduler_params.h"
 #include "cutlass/numeric_types.h"
 
+#include "sm90_issue_ahead_kernel.cuh"
 #include "sm90_kernel.h"
 #include "sm90_overlap_mainloop.cuh"
 
@@ -344,8 +347,11 @@ struct Gemm {
 
   using Scheduler = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler,
                                        cutlass::gemm::PersistentScheduler>;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<
+  using CutlassKernel = cutlass::gemm::kernel::GemmUniversal<
       cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, Scheduler>;
+  // Config::kIssueAhead: the same kernel with each tile's first K block issued before the previous tile's
+  // epilogue (sm90_issue_ahead_kernel.cuh); shared storage, parameters and launch are CUTLASS's.
+  using Kernel = std::conditional_t<Cfg::kIssueAhead, IssueAheadKernel<CutlassKernel>, CutlassKernel>;
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arguments = typename Kernel::Arguments;
 

@@ -49,9 +49,11 @@ enum class Consumer {
 // two buffers, so the third and fourth wait for the store before last to leave shared memory).
 // kStoreStages: subtile buffers (0 = CUTLASS's choice, min(subtiles, 2)); more buffers mean fewer waits on
 // stores and, out of the same shared memory, fewer mainloop stages (gemm/NOTES.md seventeenth session).
+// kIssueAhead (cooperative rows with our overlap loop): the math warpgroups issue the next tile's first K block
+// before the current tile's epilogue (sm90_issue_ahead_kernel.cuh; gemm/NOTES.md twenty-seventh session).
 template <bool kSwapAB_, int kTileM_, int kTileN_, int kClusterM_, int kClusterN_, Schedule kSchedule_,
           Consumer kConsumer_ = Consumer::kCutlass, bool kSplitK_ = false, bool kSliceK_ = false,
-          int kEpilogueN_ = 0, int kStoreStages_ = 0>
+          int kEpilogueN_ = 0, int kStoreStages_ = 0, bool kIssueAhead_ = false>
 struct Config {
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr int kTileM = kTileM_;
@@ -65,6 +67,7 @@ struct Config {
   static constexpr bool kSliceK = kSliceK_;
   static constexpr int kEpilogueN = kEpilogueN_;
   static constexpr int kStoreStages = kStoreStages_;
+  static constexpr bool kIssueAhead = kIssueAhead_;
   static_assert(!kSliceK || kSwapAB, "K slices are written for the swap-AB operand order");
   static_assert(!kSplitK || kSchedule == Schedule::kCooperativeStreamK, "only the stream-K scheduler splits K");
   static_assert(kSchedule != Schedule::kPingpong || (kSwapAB && kTileM == 64),
@@ -75,6 +78,8 @@ struct Config {
                     (kEpilogueN > 0 && !kSwapAB && kSchedule != Schedule::kPingpong && kTileN % kEpilogueN == 0 &&
                      kEpilogueN % 16 == 0),
                 "epilogue subtiles: unswapped cooperative rows, a width dividing the tile");
+  static_assert(!kIssueAhead || (kSchedule == Schedule::kCooperative && kConsumer == Consumer::kOverlap),
+                "issue-ahead: the persistent cooperative kernel with our overlap consumer loop");
 };
 
 // Tile counts of a configuration's grid (host logic shared by sm90.cu's selection preconditions and

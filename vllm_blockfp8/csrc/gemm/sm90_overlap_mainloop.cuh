@@ -12,6 +12,10 @@
 // thread, 192 of the 232 registers setmaxnreg gives a consumer at the 128x128 cooperative tile
 // (48 at the 128x32 swap tile, 96 at 128x64).
 //
+// mma() is also offered in two halves (issue_first_block, mma_after_first_block) for the issue-ahead kernel
+// (sm90_issue_ahead_kernel.cuh), which issues a tile's first block before the previous tile's epilogue; the
+// halves run mma()'s instructions in its order, with the fragments in the kernel's scope.
+//
 // The scale layouts (unswapped: per-row SFA; swap-AB: per-column SFB), their partition like the
 // accumulators, the scale product, the per-block wgmma issue and the promotion are
 // ConsumerLoopParts (sm90_consumer_loop.cuh); this file is the schedule. Everything else (producer, scale loads, pipeline, shared storage, TMA, epilogue,
@@ -71,9 +75,6 @@ struct OverlapPromotionMainloop : Base {
 
     TiledMma tiled_mma;
     auto operands = Parts::operand_fragments(tiled_mma, thread_idx, shared_tensors);
-    Tensor tCrA = get<0>(operands);  // (MMA, MMA_M, MMA_K, PIPE)
-    Tensor tCrB = get<1>(operands);  // (MMA, MMA_N, MMA_K, PIPE)
-
     Tensor tCsScale = Parts::partition_scales(shared_tensors, thread_idx);  // (MMA, MMA_M, MMA_N, PIPE)
     CUTE_STATIC_ASSERT_V(shape(tCsScale(_, _, _, 0)) == shape(accum));
 
@@ -87,23 +88,83 @@ struct OverlapPromotionMainloop : Base {
     clear(accum);  // the first promotion then adds to +0, as the base's does
     if (k_tile_count <= 0) return;
 
-    PipelineState smem_pipe_release = smem_pipe_read;
-    int unissued = k_tile_count;
+    pipeline.consumer_wait(smem_pipe_read);
+    issue_block(tiled_mma, operands, tCsScale, shared_tensors, tmp0, scale0, smem_pipe_read.index());
+    PipelineState first = smem_pipe_read;
+    ++smem_pipe_read;
+    walk_after_first_block(pipeline, smem_pipe_read, first, k_tile_count - 1, accum, tmp0, tmp1, scale0, scale1,
+                           tiled_mma, operands, tCsScale, shared_tensors);
+  }
 
-    // Scales are read right after the stage's wait and before its wgmma is issued: a stage is
-    // released only after that wgmma completed, and every thread of the warpgroup issues it after
-    // its scale reads (the base orders them the same way). Reading them after the wait<1> instead
-    // would race with the release on a 2-CTA cluster, where one thread per warpgroup arrives.
+  // mma() released every stage of the tile (the base leaves the last one for this call).
+  CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
+
+  // mma() in two halves, for a kernel that issues a tile's first K block before the previous tile's
+  // epilogue (sm90_issue_ahead_kernel.cuh). The fragments live in the caller's scope: tmp0 and scale0 carry
+  // the first block from issue_first_block to mma_after_first_block; the caller's accum stays untouched
+  // until mma_after_first_block clears it. Together they run mma()'s instructions in mma()'s order, so the
+  // results are the same bits.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE static auto make_scale_fragment(FrgTensorC const& accum, int thread_idx, TensorStorage& shared_tensors) {
+    using namespace cute;
+    Tensor tCsScale = Parts::partition_scales(shared_tensors, thread_idx);
+    CUTE_STATIC_ASSERT_V(shape(tCsScale(_, _, _, 0)) == shape(accum));
+    return make_tensor_like<Scale>(tCsScale(_, _, _, 0));
+  }
+
+  // Waits for block `first` and issues its wgmma into tmp0 (the zeroing first K slice), its scales into scale0.
+  template <class FrgTensorC, class ScaleFrg>
+  CUTLASS_DEVICE void issue_first_block(MainloopPipeline pipeline, PipelineState first, FrgTensorC& tmp0,
+                                        ScaleFrg& scale0, int thread_idx, TensorStorage& shared_tensors) {
+    TiledMma tiled_mma;
+    auto operands = Parts::operand_fragments(tiled_mma, thread_idx, shared_tensors);
+    auto tCsScale = Parts::partition_scales(shared_tensors, thread_idx);
+    pipeline.consumer_wait(first);
+    issue_block(tiled_mma, operands, tCsScale, shared_tensors, tmp0, scale0, first.index());
+  }
+
+  // The rest of the tile whose first block (state `first`) issue_first_block put into tmp0: accum cleared,
+  // then k_tile_count - 1 more blocks; every stage of the tile released on return.
+  template <class FrgTensorC, class ScaleFrg>
+  CUTLASS_DEVICE void mma_after_first_block(MainloopPipeline pipeline, PipelineState first, FrgTensorC& accum,
+                                            FrgTensorC& tmp0, FrgTensorC& tmp1, ScaleFrg& scale0, ScaleFrg& scale1,
+                                            int k_tile_count, int thread_idx, TensorStorage& shared_tensors) {
+    TiledMma tiled_mma;
+    auto operands = Parts::operand_fragments(tiled_mma, thread_idx, shared_tensors);
+    auto tCsScale = Parts::partition_scales(shared_tensors, thread_idx);
+    cute::clear(accum);
+    PipelineState next = first;
+    ++next;
+    walk_after_first_block(pipeline, next, first, k_tile_count - 1, accum, tmp0, tmp1, scale0, scale1, tiled_mma,
+                           operands, tCsScale, shared_tensors);
+  }
+
+ private:
+  // Scales are read right after the stage's wait and before its wgmma is issued: a stage is
+  // released only after that wgmma completed, and every thread of the warpgroup issues it after
+  // its scale reads (the base orders them the same way). Reading them after the wait<1> instead
+  // would race with the release on a 2-CTA cluster, where one thread per warpgroup arrives.
+  template <class Operands, class ScaleSmem, class Frag, class ScaleFrg>
+  CUTLASS_DEVICE static void issue_block(TiledMma& tiled_mma, Operands const& operands, ScaleSmem const& tCsScale,
+                                         TensorStorage& shared_tensors, Frag& frag, ScaleFrg& scale, int stage) {
+    Parts::load_scales(scale, tCsScale, shared_tensors, stage);
+    Parts::issue_k_block(tiled_mma, cute::get<0>(operands), cute::get<1>(operands), frag, stage);
+  }
+
+  // The K loop after a tile's first block (state `first`, issued into tmp0): `unissued` more blocks from
+  // smem_pipe_read on; block k goes into one temporary fragment while block k-1 (in the other) is promoted.
+  template <class FrgTensorC, class ScaleFrg, class Operands, class ScaleSmem>
+  CUTLASS_DEVICE static void walk_after_first_block(MainloopPipeline& pipeline, PipelineState smem_pipe_read,
+                                                    PipelineState smem_pipe_release, int unissued, FrgTensorC& accum,
+                                                    FrgTensorC& tmp0, FrgTensorC& tmp1, ScaleFrg& scale0,
+                                                    ScaleFrg& scale1, TiledMma& tiled_mma, Operands const& operands,
+                                                    ScaleSmem const& tCsScale, TensorStorage& shared_tensors) {
+    using namespace cute;
     auto issue_next = [&](auto& frag, auto& scale) {
-      const int stage = smem_pipe_read.index();
-      Parts::load_scales(scale, tCsScale, shared_tensors, stage);
-      Parts::issue_k_block(tiled_mma, tCrA, tCrB, frag, stage);
+      issue_block(tiled_mma, operands, tCsScale, shared_tensors, frag, scale, smem_pipe_read.index());
       ++smem_pipe_read;
       --unissued;
     };
-
-    pipeline.consumer_wait(smem_pipe_read);
-    issue_next(tmp0, scale0);
     auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read, unissued == 0);
 
     // Block k into `next` while block k-1 (in `prev`) is promoted.
@@ -138,9 +199,6 @@ struct OverlapPromotionMainloop : Base {
       step(tmp0, scale0, tmp1, scale1);
     }
   }
-
-  // mma() released every stage of the tile (the base leaves the last one for this call).
-  CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
 };
 
 }  // namespace blockfp8::gemm::sm90
