@@ -11,12 +11,13 @@
 // The first tile's block 0 is issued before the loop. Per tile the wgmma, scale products and FFMAs are
 // mma()'s, in its order: the results are the same bits. accum and tmp0 (64 + 64 fp32 a thread at the 128x128
 // tile) are live through the epilogue, fewer than the loop's three fragments.
-// The producer side (TMA warp, scale-copy warp; PDL wait in each) is CUTLASS's; the epilogue's load warp has
-// nothing to do (no C) and is left idle, as CUTLASS leaves it.
+// The producer side (TMA warp, scale-copy warp; PDL wait in each) does what CUTLASS's does; the epilogue's load
+// warp has nothing to do (no C) and is left idle, as CUTLASS leaves it.
 //
-// Supported (static_assert): the persistent data-parallel scheduler, an epilogue that reads no C, our overlap
-// consumer loop, K of at least one block per tile (sm90.cu rejects k < 128). Unsupported: stream-K and split-K
-// (a unit's k_tile_count and fixup), the dynamic persistent scheduler, ping-pong.
+// Supported: the persistent data-parallel scheduler and an epilogue that reads no C (static_assert here), our
+// overlap consumer loop (Config's static_assert; the halves exist only on it), at least one K block per tile
+// (sm90.cu rejects k < 128). Unsupported: stream-K and split-K (a unit's k_tile_count and fixup), the dynamic
+// persistent scheduler, ping-pong.
 #pragma once
 
 #include <type_traits>
