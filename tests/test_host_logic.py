@@ -254,7 +254,12 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (1024, 8192, 3968, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 31 K blocks (between measured K)
     (1024, 12288, 4096, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 32 K blocks, the most it takes (E18b)
     (1024, 12288, 4224, "sm90_coop_128x128x128_c2x1_ovl"),  # 33 K blocks: the plain row
-    (1023, 16384, 512, "sm90_coop_128x128x128_c2x1_ovl"),  # below M = 1024 (0.98 at M = 512): the plain row
+    (1023, 16384, 512, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 1024 tiles: changes of tile from M = 384 (E28b/c)
+    (384, 16384, 2048, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 3 token tiles, 4 in clusters: 512; the least M
+    (383, 16384, 2048, "sm90_coop_128x128x128_c2x1_ovl"),  # below M = 384 (M = 256 lost up to 1.03x, E28)
+    (576, 3584, 4096, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 5 token tiles, 6 in 2x1 clusters: 168 > 132
+    (640, 2560, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # 6 x 20 = 120 tiles: one wave, no tile change
+    (768, 12288, 4224, "sm90_coop_128x128x128_c2x1_ovl"),  # 33 K blocks: the plain row at any M
     (256, 32768, 512, "sm90_coop_128x128x128_c2x1_ovl"),  # the swap rows' M, where they lose: the plain row
 ]
 

@@ -171,6 +171,57 @@ HELD_OUT_9 = (
     WeightShape("olmoe.expert.down.2048x1024", 2048, 1024),
 )
 
+# A tenth held-out set, for the issue-ahead 128x128 row below M = 1024 where its tiles exceed one wave (gemm/NOTES.md
+# twenty-eighth session, E28): K <= 4096 layers not in any earlier set, most of them wide enough for 2-12 tiles a CTA at
+# M = 256..896, a few narrow ones as controls (at most one tile a CTA there).
+HELD_OUT_10 = (
+    WeightShape("gemma2-9b.qkv.8192x3584", 8192, 3584),
+    WeightShape("gemma2-9b.o.3584x4096", 3584, 4096),
+    WeightShape("gemma2-9b.gate_up.28672x3584", 28672, 3584),
+    WeightShape("glm4-9b.qkv.4608x4096", 4608, 4096),
+    WeightShape("glm4-9b.gate_up.27392x4096", 27392, 4096),
+    WeightShape("qwen2.5-7b.qkv.4608x3584", 4608, 3584),
+    WeightShape("qwen3-1.7b.gate_up.12288x2048", 12288, 2048),
+    WeightShape("llama3.2-1b.gate_up.16384x2048", 16384, 2048),
+    WeightShape("gemma3-4b.qkv.4096x2560", 4096, 2560),
+    WeightShape("gemma3-4b.gate_up.20480x2560", 20480, 2560),
+    WeightShape("olmo2-7b.qkv.12288x4096", 12288, 4096),
+    WeightShape("dsv3.q_b.tp2.12288x1536", 12288, 1536),
+)
+
+# An eleventh held-out set, for E28b (the same row from M = 512 only; fitted on E28's run, gemm/NOTES.md twenty-eighth
+# session): more K <= 4096 layers in no earlier set, with 1.5-23 tiles a CTA at M = 384..832.
+HELD_OUT_11 = (
+    WeightShape("gemma-2b.gate_up.32768x2048", 32768, 2048),
+    WeightShape("gemma-7b.gate_up.49152x3072", 49152, 3072),
+    WeightShape("phi2.qkv.7680x2560", 7680, 2560),
+    WeightShape("phi2.fc1.10240x2560", 10240, 2560),
+    WeightShape("qwen1.5-4b.gate_up.13824x2560", 13824, 2560),
+    WeightShape("stablelm2-1.6b.qkv.6144x2048", 6144, 2048),
+    WeightShape("stablelm2-1.6b.gate_up.11264x2048", 11264, 2048),
+    WeightShape("minicpm-2b.qkv.6912x2304", 6912, 2304),
+    WeightShape("minicpm-2b.gate_up.11520x2304", 11520, 2304),
+    WeightShape("granite3-8b.gate_up.25600x4096", 25600, 4096),
+    WeightShape("falcon3-7b.gate_up.46080x3072", 46080, 3072),
+    WeightShape("starcoder2-3b.qkv.3584x3072", 3584, 3072),
+)
+
+# A twelfth held-out set, for E28c (the same row's bound lowered to M = 384; gemm/NOTES.md twenty-eighth session):
+# tensor-parallel shards of K <= 4096 layers, in no earlier set, with 1.2-5.8 tiles a CTA at M = 384..511.
+HELD_OUT_12 = (
+    WeightShape("gemma-7b.gate_up.tp2.24576x3072", 24576, 3072),
+    WeightShape("falcon3-7b.gate_up.tp2.23040x3072", 23040, 3072),
+    WeightShape("granite3-8b.gate_up.tp2.12800x4096", 12800, 4096),
+    WeightShape("gemma2-9b.gate_up.tp2.14336x3584", 14336, 3584),
+    WeightShape("glm4-9b.gate_up.tp2.13696x4096", 13696, 4096),
+    WeightShape("gemma3-12b.gate_up.tp2.15360x3840", 15360, 3840),
+    WeightShape("llama3-8b.gate_up.tp2.14336x4096", 14336, 4096),
+    WeightShape("phi2.fc1.tp2.5120x2560", 5120, 2560),
+    WeightShape("minicpm-2b.gate_up.tp2.5760x2304", 5760, 2304),
+    WeightShape("qwen1.5-4b.gate_up.tp2.6912x2560", 6912, 2560),
+    WeightShape("stablelm2-1.6b.gate_up.tp2.5632x2048", 5632, 2048),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -199,7 +250,8 @@ SETS = {
     "benchmark_set": BENCHMARK_SET, "qwen3_8b": QWEN3_8B, "deepseek_v3": DEEPSEEK_V3, "seeds": SEEDS,
     "ragged": RAGGED, "small": SMALL, "held_out": HELD_OUT, "held_out_2": HELD_OUT_2, "held_out_3": HELD_OUT_3,
     "held_out_4": HELD_OUT_4, "held_out_5": HELD_OUT_5, "held_out_6": HELD_OUT_6, "held_out_7": HELD_OUT_7,
-    "held_out_8": HELD_OUT_8, "held_out_9": HELD_OUT_9,
+    "held_out_8": HELD_OUT_8, "held_out_9": HELD_OUT_9, "held_out_10": HELD_OUT_10,
+    "held_out_11": HELD_OUT_11, "held_out_12": HELD_OUT_12,
 }
 
 

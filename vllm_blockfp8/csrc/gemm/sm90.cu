@@ -15,7 +15,8 @@
 // the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row; the
 // `_persistent` 128x64 row: the plain one would run K whole;
 // the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles and the
-// next tile's first K block issued before the epilogue (sm90_issue_ahead_kernel.cuh): K <= 4096 from M = 1024);
+// next tile's first K block issued before the epilogue (sm90_issue_ahead_kernel.cuh): K <= 4096 from M = 1024,
+// and from M = 384 where its tiles exceed one wave);
 // forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows
 // split K: the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
 // (where that saves more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
@@ -202,15 +203,23 @@ bool streams_tail_wave(const Problem& p) {
 // E17, interleaved timing); at K = 2304-3840, 0.97-1.00x (geomean 0.983 over 56 points of 14 layers, two calls;
 // nineteenth session, E18); at K = 4096 0.989 (40 points; E18), then 0.98-1.01x (geomean 0.987, faster at 23 of 24)
 // on six fresh K = 4096 layers (twenty-second session, E18b). At M = 384-768 (K <= 1024) it gained only 1.3-1.9%
-// (42 points): not taken there.
-constexpr int64_t kShortKMaxK = 4096, kShortKMinM = 1024;
+// (42 points), before the issue-ahead kernel below.
 // Since E27 (twenty-seventh session) the row runs the issue-ahead kernel (sm90_issue_ahead_kernel.cuh): each tile's
 // first K block is issued before the previous tile's epilogue; 0.90-1.00x the row's time without it (geomean 0.969,
 // faster at all 32 points of the benchmark set's K <= 4096 layers at M = 1024..8192; 32768x512 0.90-0.92).
+// That saving comes at each tile change, so from M = 384 the row also takes K <= 4096 where its tiles exceed one wave
+// (a CTA changes tile at least once; twenty-eighth session): 0.952-0.997x `_ovl`'s time (geomean 0.973, faster at all
+// 47) on 12 fresh layers at M = 512..832 (E28b), 0.958-1.007x (geomean 0.979) on 11 more at M = 384..496 (E28c). At
+// M = 256 it lost up to 1.03x (E28: the weights stream from DRAM about as fast as the tensor cores use them there, and
+// the plain row's sixth mainloop stage hides their latency); at one wave or less, no tile change, 1.00-1.03x.
+constexpr int64_t kShortKMaxK = 4096, kShortKMinM = 1024, kTileChangeMinM = 384;
 using Sm90Coop128Epilogue64x3 =
     Config<false, 128, 128, 2, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 3, true>;
 bool has_short_k(const Problem& p) {
-  return p.m >= kShortKMinM && p.k <= kShortKMaxK;
+  if (p.k > kShortKMaxK) return false;
+  if (p.m >= kShortKMinM) return true;
+  return p.m >= kTileChangeMinM &&
+         sm90::cluster_tile_count<Sm90Coop128Epilogue64x3>(p) > sm90::cluster_wave<Sm90Coop128Epilogue64x3>(p);
 }
 
 // clang-format off
@@ -276,14 +285,17 @@ const Sm90Row kRows[] = {
       "held-out ones; 0.98-1.16x at short K and 1.03-1.50x with fuller last waves (gemm/NOTES.md ninth session)",
       &streams_tail_wave),
   make_row<Sm90Coop128Epilogue64x3>("sm90_coop_128x128x128_c2x1_ovl_epi64x3", kUnboundedM,
-      "K <= 4096 from M = 1024: the row below with 128x64 epilogue subtiles in three buffers (no wait on a store "
-      "within a tile, where CUTLASS's 128x32 subtiles wait three times; 5 mainloop stages instead of 6), where "
+      "K <= 4096 from M = 1024, and from M = 384 where its tiles exceed one wave: the row below with 128x64 "
+      "epilogue subtiles in three buffers (no wait on a store within a tile, where CUTLASS's 128x32 subtiles wait "
+      "three times; 5 mainloop stages instead of 6), where "
       "the tile change is a large part of a tile's work: 0.80-0.92x its time on 32768x512, 0.895-1.002x (geomean "
       "0.959) at 28 fresh held-out points at K <= 1024 (seventeenth session, E15), 0.95-1.00x (geomean 0.974, "
       "faster at 70 of 72) at K = 1536-2048 (eighteenth session, E17), 0.97-1.00x (geomean 0.983 over 56 points) "
       "at K = 2304-3840 (nineteenth session, E18), 0.987 at 24 fresh points at K = 4096 (twenty-second session, "
       "E18b); each tile's first K block issued before the previous tile's epilogue: 0.90-1.00x its time without "
-      "(geomean 0.969, faster at 32 of 32; twenty-seventh session, E27; gemm/NOTES.md)",
+      "(geomean 0.969, faster at 32 of 32; twenty-seventh session, E27); from M = 384 at K <= 4096 where its tiles "
+      "exceed one wave: 0.95-1.01x the row below (geomean 0.973 at 47 fresh held-out points at M = 512..832, 0.979 at "
+      "33 more at M = 384..496; twenty-eighth session, E28b / E28c; gemm/NOTES.md)",
       &has_short_k),
   make_row<Sm90Coop128>("sm90_coop_128x128x128_c2x1_ovl", kUnboundedM,
       "128x128 cooperative; our consumer loop promotes each K block while the next one's wgmma runs: 6.2% faster "

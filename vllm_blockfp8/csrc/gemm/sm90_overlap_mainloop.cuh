@@ -19,7 +19,8 @@
 // The scale layouts (unswapped: per-row SFA; swap-AB: per-column SFB), their partition like the
 // accumulators, the scale product, the per-block wgmma issue and the promotion are
 // ConsumerLoopParts (sm90_consumer_loop.cuh); this file is the schedule. Everything else (producer, scale loads, pipeline, shared storage, TMA, epilogue,
-// schedulers) is the CUTLASS collective this derives from; only mma/mma_tail differ.
+// schedulers) is the CUTLASS collective this derives from; only mma/mma_tail differ, and load() for a cluster's
+// padding tile (below).
 //
 // Numerics: bitwise the same as the base collective by construction (for the unswapped 128x128
 // row and the 128x64 swap-AB row checked on the H200 against their CUTLASS-loop rows before those
@@ -98,6 +99,24 @@ struct OverlapPromotionMainloop : Base {
 
   // mma() released every stage of the tile (the base leaves the last one for this call).
   CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
+
+  // Producer side: the base's loads, except for the padding tile of a cluster along M (2x1 clusters with an odd
+  // number of M tiles: the scheduler hands the second CTA of the last cluster a tile wholly past M). Its A and
+  // token-scale boxes would lie wholly out of bounds, and such a tile measured slower than a real one (gemm/NOTES.md
+  // twenty-eighth session, E29); it loads its cluster partner's rows instead (the same lines, at the same time).
+  // Its results are never stored: the epilogue masks the tile by the kernel's own, unclamped coordinate.
+  template <class LoadInputs, class BlockCoord, class KTileIterator>
+  CUTLASS_DEVICE void load(Params const& params, MainloopPipeline pipeline, PipelineState smem_pipe_write,
+                           LoadInputs const& load_inputs, BlockCoord const& blk_coord, KTileIterator k_tile_iter,
+                           int k_tile_count, int thread_idx, uint32_t block_rank_in_cluster,
+                           TensorStorage& shared_tensors) {
+    using namespace cute;
+    auto [m_coord, n_coord, k_coord, l_coord] = blk_coord;
+    const int m_tiles = size<2>(get<0>(load_inputs));  // A's tiles of M: (BLK_M, BLK_K, m, k, l)
+    const auto m_load = m_coord < m_tiles ? m_coord : m_tiles - 1;
+    Base::load(params, pipeline, smem_pipe_write, load_inputs, make_tuple(m_load, n_coord, k_coord, l_coord),
+               k_tile_iter, k_tile_count, thread_idx, block_rank_in_cluster, shared_tensors);
+  }
 
   // mma() in two halves, for a kernel that issues a tile's first K block before the previous tile's
   // epilogue (sm90_issue_ahead_kernel.cuh). The fragments live in the caller's scope: tmp0 and scale0 carry
