@@ -218,8 +218,7 @@ using Sm90Coop128Epilogue64x3 =
 bool has_short_k(const Problem& p) {
   if (p.k > kShortKMaxK) return false;
   if (p.m >= kShortKMinM) return true;
-  return p.m >= kTileChangeMinM &&
-         sm90::cluster_tile_count<Sm90Coop128Epilogue64x3>(p) > sm90::cluster_wave<Sm90Coop128Epilogue64x3>(p);
+  return p.m >= kTileChangeMinM && waves<Sm90Coop128Epilogue64x3>(p) > 1;
 }
 
 // clang-format off
