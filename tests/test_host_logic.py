@@ -151,12 +151,13 @@ GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
     (4, 96, 4096, 7168, "K slices x2"),  # its sliced twin replaces that split
     (4, 96, 2112, 7168, "K slices x2"),  # 56 K blocks: 3 slices do not divide them
     (4, 96, 4096, 4096, "data-parallel"),
-    (7, 1024, 2112, 7168, "stream-K"),  # 136 tiles on 132 SMs: the last wave 4 tiles full
-    (7, 1024, 7168, 16384, "stream-K"),  # 448 tiles: the last wave 52 / 132 full (<= 40%)
-    (7, 1024, 7168, 2048, "data-parallel"),  # as full, but 16 K blocks (< 48)
-    (7, 1024, 4096, 7168, "data-parallel"),  # 256 tiles: the last wave 124 / 132 full
-    (7, 300, 256, 12288, "stream-K"),  # 4 tiles (2 in clusters of 2 along M)
-    (9, 1024, 2112, 7168, "data-parallel"),  # the persistent row never splits
+    (8, 1024, 2112, 7168, "stream-K"),  # 136 tiles on 132 SMs: the last wave 4 tiles full
+    (8, 1024, 7168, 16384, "stream-K"),  # 448 tiles: the last wave 52 / 132 full (<= 40%)
+    (8, 1024, 7168, 2048, "data-parallel"),  # as full, but 16 K blocks (< 48)
+    (8, 1024, 4096, 7168, "data-parallel"),  # 256 tiles: the last wave 124 / 132 full
+    (8, 300, 256, 12288, "stream-K"),  # 4 tiles (2 in clusters of 2 along M)
+    (10, 1024, 2112, 7168, "data-parallel"),  # the persistent row never splits
+    (7, 384, 5120, 6144, "data-parallel"),  # the row without a cluster never splits
     (5, 96, 4096, 7168, "data-parallel"),  # the persistent 128x64 row never splits either
 ]
 
@@ -168,11 +169,11 @@ def test_sm90_gemm_k_plan_at_132_sms():
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
-    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(10)]
+    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(11)]
     assert names == ["sm90_swapab_64x32x128_pp_ovl", "sm90_swapab_128x32x128", "sm90_tok64_fitn",
                      "sm90_swapab_64x64x128_pp_ovl",
                      "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl_persistent",
-                     "sm90_swapab_128x64x128_ovl",
+                     "sm90_swapab_128x64x128_ovl", "sm90_coop_128x128x128_c1x1_ovl_epi64x3",
                      "sm90_coop_128x128x128_c2x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl_epi64x3",
                      "sm90_coop_128x128x128_c2x1_ovl"]
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 66)["plan"] == "K slices x2", "two slices of 32 tiles fill 66 SMs"
@@ -255,8 +256,16 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (1024, 12288, 4096, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 32 K blocks, the most it takes (E18b)
     (1024, 12288, 4224, "sm90_coop_128x128x128_c2x1_ovl"),  # 33 K blocks: the plain row
     (1023, 16384, 512, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 1024 tiles: changes of tile from M = 384 (E28b/c)
-    (384, 16384, 2048, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 3 token tiles, 4 in clusters: 512; the least M
-    (383, 16384, 2048, "sm90_coop_128x128x128_c2x1_ovl"),  # below M = 384 (M = 256 lost up to 1.03x, E28)
+    (384, 6144, 2048, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 3 token tiles, 4 in clusters: 192; the least M
+    (383, 6144, 2048, "sm90_coop_128x128x128_c2x1_ovl"),  # below M = 384 (M = 256 lost up to 1.03x, E28)
+    (384, 16384, 2048, "sm90_coop_128x128x128_c1x1_ovl_epi64x3"),  # 384 tiles: 3 rounds; 512 in 2x1 clusters: 4 (E30)
+    (384, 5120, 6144, "sm90_coop_128x128x128_c1x1_ovl_epi64x3"),  # 120 tiles: one round; 160: two (stream-K before E30)
+    (384, 4096, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # 96 tiles against 128: one round each
+    (640, 6144, 4096, "sm90_coop_128x128x128_c1x1_ovl_epi64x3"),  # 240 tiles against 288: 2 rounds against 3
+    (896, 2112, 7168, "sm90_coop_128x128x128_c1x1_ovl_epi64x3"),  # 7 x 17 = 119 against 136: ahead of the stream-K row
+    (1152, 7168, 2048, "sm90_coop_128x128x128_c1x1_ovl_epi64x3"),  # 504 tiles (4 rounds) against 560 (5)
+    (1280, 7168, 2048, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 10 token tiles: no padding tile
+    (2176, 7168, 16384, "sm90_coop_128x128x128_c2x1_ovl"),  # 952 tiles against 1008: 8 rounds each
     (576, 3584, 4096, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 5 token tiles, 6 in 2x1 clusters: 168 > 132
     (640, 2560, 4096, "sm90_coop_128x128x128_c2x1_ovl"),  # 6 x 20 = 120 tiles: one wave, no tile change
     (768, 12288, 4224, "sm90_coop_128x128x128_c2x1_ovl"),  # 33 K blocks: the plain row at any M

@@ -222,6 +222,25 @@ HELD_OUT_12 = (
     WeightShape("stablelm2-1.6b.gate_up.tp2.5632x2048", 5632, 2048),
 )
 
+# A thirteenth held-out set, for E30b (the 128x128 row without a cluster where the 2x1 rows' padding tiles cost a
+# round; gemm/NOTES.md twenty-ninth session): layers in no earlier set, K = 1024-8960, tensor-parallel shards of
+# 24B-70B models and two small models; at odd token-tile counts (M = 384..1408) most of them save a round, two do not.
+HELD_OUT_13 = (
+    WeightShape("qwen2.5-32b.gate_up.tp4.13824x5120", 13824, 5120),
+    WeightShape("qwen2.5-32b.down.tp4.5120x6912", 5120, 6912),
+    WeightShape("mistral-small-24b.gate_up.tp4.16384x5120", 16384, 5120),
+    WeightShape("yi-34b.gate_up.tp4.10240x7168", 10240, 7168),
+    WeightShape("phi3-medium.qkv.7680x5120", 7680, 5120),
+    WeightShape("phi3-medium.gate_up.tp2.17920x5120", 17920, 5120),
+    WeightShape("phi3-medium.down.tp2.5120x8960", 5120, 8960),
+    WeightShape("command-r-35b.gate_up.tp4.11264x8192", 11264, 8192),
+    WeightShape("command-r-35b.down.tp4.8192x5632", 8192, 5632),
+    WeightShape("llama3.1-70b.gate_up.tp8.7168x8192", 7168, 8192),
+    WeightShape("llama3.1-70b.o.tp8.8192x1024", 8192, 1024),
+    WeightShape("gemma3-1b.gate_up.13824x1152", 13824, 1152),
+    WeightShape("minicpm3-4b.gate_up.12800x2560", 12800, 2560),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -251,7 +270,7 @@ SETS = {
     "ragged": RAGGED, "small": SMALL, "held_out": HELD_OUT, "held_out_2": HELD_OUT_2, "held_out_3": HELD_OUT_3,
     "held_out_4": HELD_OUT_4, "held_out_5": HELD_OUT_5, "held_out_6": HELD_OUT_6, "held_out_7": HELD_OUT_7,
     "held_out_8": HELD_OUT_8, "held_out_9": HELD_OUT_9, "held_out_10": HELD_OUT_10,
-    "held_out_11": HELD_OUT_11, "held_out_12": HELD_OUT_12,
+    "held_out_11": HELD_OUT_11, "held_out_12": HELD_OUT_12, "held_out_13": HELD_OUT_13,
 }
 
 

@@ -14,6 +14,7 @@
 // the 128x32 row above M = 48: few 64-row tiles;
 // the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row; the
 // `_persistent` 128x64 row: the plain one would run K whole;
+// the `_c1x1` row: the 2x1 rows' padding tiles (odd token-tile counts) would cost a round;
 // the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles and the
 // next tile's first K block issued before the epilogue (sm90_issue_ahead_kernel.cuh): K <= 4096 from M = 1024,
 // and from M = 384 where its tiles exceed one wave);
@@ -186,6 +187,25 @@ bool runs_whole_k(const Problem& p) {
   return !plan.stream_k && plan.splits == 1;
 }
 
+// Selection precondition of the 128x128 row without a cluster: where the 2x1 cluster's padding tiles cost the
+// persistent grid a whole round. With an odd number of 128-row token tiles, every 2x1 cluster of the last pair of
+// token tiles carries a tile wholly past M (E29 made it load its partner's rows; it still takes an SM for a tile's
+// time), so the 2x1 grid has one weight tile's row of tiles more than there is work. Where the real tiles fit in
+// fewer rounds of `sm_count` CTAs than the padded ones, the row without the cluster runs one round less: M = 384 on
+// 5120x6144 is 120 tiles against 160 (one round against two: 0.64-0.65x the old row's time). It is the `_epi64x3`
+// row's kernel (issue-ahead, 128x64 epilogue subtiles) less the weight tile's multicast: at the same K blocks the
+// plain `_ovl` kernel without a cluster gave back up to 1.2x a tile at short K (1.06-1.13x on 32768x512 at 14-18
+// rounds), this one 0.82-0.99x that where K <= 4096 and within 2% at longer K. Against the row the old table
+// selected (`_sk`, `_epi64x3` or `_ovl`): 0.637-0.927x, geomean 0.823, at the 26 such points of the benchmark set
+// at M = 384..1152, and 0.633-0.923x, geomean 0.837, at 37 fresh held-out points of 11 layers at M = 384..1408
+// (gemm/NOTES.md twenty-ninth session, E30 / E30b); about (r - 1) / r of r rounds, so the least at many rounds.
+// Never true at an even number of token tiles (no padding tile), so the bands at M = 1024..8192 do not move.
+using Sm90Coop128NoCluster =
+    Config<false, 128, 128, 1, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 3, true>;
+bool saves_a_round(const Problem& p) {
+  return waves<Sm90Coop128NoCluster>(p) < waves<Sm90Coop128>(p);
+}
+
 // Selection precondition of the stream-K 128x128 row: its rule (sm90_kernel.cuh, tail_wave_stream_k)
 // takes stream-K for this problem; elsewhere the persistent row below runs it.
 using Sm90Coop128StreamK = Config<false, 128, 128, 2, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>;
@@ -277,6 +297,12 @@ const Sm90Row kRows[] = {
       "both run orders, faster at 28); CUTLASS's split-K at K >= 7168 where the `_slicek` row above does not take "
       "the problem (no slice count divides the K blocks; split-K was 0.87-0.92x unsplit on 2112x7168 and 4096x7168)",
       &swap_waves_fit),
+  make_row<Sm90Coop128NoCluster>("sm90_coop_128x128x128_c1x1_ovl_epi64x3", kUnboundedM,
+      "where the 2x1 rows below would need a round of tiles more (an odd number of token tiles: their clusters' "
+      "padding tiles): the `_epi64x3` row without the cluster runs one round less; 0.64-0.93x the time of the row the "
+      "table selected before (geomean 0.823 at 26 benchmark-set points, 0.837 at 37 fresh held-out ones, M = "
+      "384..1408; gemm/NOTES.md twenty-ninth session, E30b)",
+      &saves_a_round),
   make_row<Sm90Coop128StreamK>("sm90_coop_128x128x128_c2x1_ovl_sk", kUnboundedM,
       "where the row below would leave its last wave at most 40% full and K >= 48 blocks: that row on CUTLASS's "
       "stream-K scheduler (all but the last full wave data-parallel, the rest split over one wave); 0.73-0.94x its "
