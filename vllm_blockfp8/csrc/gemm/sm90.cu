@@ -190,7 +190,7 @@ bool runs_whole_k(const Problem& p) {
 // Selection precondition of the 128x128 row without a cluster: where the 2x1 cluster's padding tiles cost the
 // persistent grid a whole round. With an odd number of 128-row token tiles, every 2x1 cluster of the last pair of
 // token tiles carries a tile wholly past M (E29 made it load its partner's rows; it still takes an SM for a tile's
-// time), so the 2x1 grid has one weight tile's row of tiles more than there is work. Where the real tiles fit in
+// time), so the 2x1 grid has a row of tiles (one per weight tile) more than there is work. Where the real tiles fit in
 // fewer rounds of `sm_count` CTAs than the padded ones, the row without the cluster runs one round less: M = 384 on
 // 5120x6144 is 120 tiles against 160 (one round against two: 0.64-0.65x the old row's time). It is the `_epi64x3`
 // row's kernel (issue-ahead, 128x64 epilogue subtiles) less the weight tile's multicast: at the same K blocks the
@@ -199,7 +199,8 @@ bool runs_whole_k(const Problem& p) {
 // selected (`_sk`, `_epi64x3` or `_ovl`): 0.637-0.927x, geomean 0.823, at the 26 such points of the benchmark set
 // at M = 384..1152, and 0.633-0.923x, geomean 0.837, at 37 fresh held-out points of 11 layers at M = 384..1408
 // (gemm/NOTES.md twenty-ninth session, E30 / E30b); about (r - 1) / r of r rounds, so the least at many rounds.
-// Never true at an even number of token tiles (no padding tile), so the bands at M = 1024..8192 do not move.
+// Never true at an even number of token tiles on an even SM count (no padding tile, the same wave), so the bands at
+// M = 1024..8192 do not move.
 using Sm90Coop128NoCluster =
     Config<false, 128, 128, 1, 1, Schedule::kCooperative, Consumer::kOverlap, false, false, 64, 3, true>;
 bool saves_a_round(const Problem& p) {
