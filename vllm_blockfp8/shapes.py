@@ -241,6 +241,20 @@ HELD_OUT_13 = (
     WeightShape("minicpm3-4b.gate_up.12800x2560", 12800, 2560),
 )
 
+# A fourteenth held-out set, for E32 (the `_sk` row without a cluster at odd token-tile counts; gemm/NOTES.md
+# twenty-ninth session): long-K down projections (K = 7168-21504, 56-168 K blocks) in no earlier set.
+HELD_OUT_14 = (
+    WeightShape("gemma2-9b.down.3584x14336", 3584, 14336),
+    WeightShape("qwen2.5-14b.down.5120x13824", 5120, 13824),
+    WeightShape("yi-34b.down.tp2.7168x10240", 7168, 10240),
+    WeightShape("llama3.1-70b.down.tp4.8192x7168", 8192, 7168),
+    WeightShape("command-r-35b.down.tp2.8192x11264", 8192, 11264),
+    WeightShape("glm4-9b.down.4096x13696", 4096, 13696),
+    WeightShape("qwen3-14b.down.tp2.5120x8704", 5120, 8704),
+    WeightShape("gemma3-27b.down.5376x21504", 5376, 21504),
+    WeightShape("deepseek-v2-lite.down.2048x10944", 2048, 10944),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -271,6 +285,7 @@ SETS = {
     "held_out_4": HELD_OUT_4, "held_out_5": HELD_OUT_5, "held_out_6": HELD_OUT_6, "held_out_7": HELD_OUT_7,
     "held_out_8": HELD_OUT_8, "held_out_9": HELD_OUT_9, "held_out_10": HELD_OUT_10,
     "held_out_11": HELD_OUT_11, "held_out_12": HELD_OUT_12, "held_out_13": HELD_OUT_13,
+    "held_out_14": HELD_OUT_14,
 }
 
 
