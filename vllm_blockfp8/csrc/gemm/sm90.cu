@@ -207,10 +207,6 @@ bool saves_a_round(const Problem& p) {
   return waves<Sm90Coop128NoCluster>(p) < waves<Sm90Coop128>(p);
 }
 
-// E32 candidate (forced only): the `_sk` row without a cluster, for odd token-tile counts where the 1x1 grid's own
-// last wave is thin enough for the stream-K rule (gemm/NOTES.md twenty-ninth session).
-using Sm90Coop128NoClusterStreamK = Config<false, 128, 128, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>;
-
 // Selection precondition of the stream-K 128x128 row: its rule (sm90_kernel.cuh, tail_wave_stream_k)
 // takes stream-K for this problem; elsewhere the persistent row below runs it.
 using Sm90Coop128StreamK = Config<false, 128, 128, 2, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>;
@@ -332,8 +328,6 @@ const Sm90Row kRows[] = {
       "than CUTLASS's loop (60 points, M = 1024..8192, both run orders, faster at 59); the 2x1 cluster multicasts "
       "each weight tile (1x1: 11-13% slower on 7168x16384 at M >= 4096, even elsewhere); takes every M the "
       "rows above do not (the CUTLASS-loop 128x128 row it replaced was the fastest from M = 256 up)"),
-  make_row<Sm90Coop128NoClusterStreamK>("sm90_coop_128x128x128_c1x1_ovl_sk", kUnboundedM,
-      "candidate (forced only): the `_sk` row without its cluster (E32, gemm/NOTES.md twenty-ninth session)"),
 };
 // clang-format on
 
