@@ -283,11 +283,16 @@ def test_split_k_is_reproducible(row, m, n, k):
     _assert_same_bits_twice(row, m, n, k, SPLIT_K_PLANS[(row, m, n, k)], seed=11)
 
 
-@pytest.mark.parametrize("m,n,k", [(1000, 2112, 7168), (64, 2112, 7168), (300, 256, 12288)])
-def test_stream_k_tail_is_reproducible(m, n, k):
-    """The 128x128 `_sk` row's stream-K units reduce shared tiles in a fixed order (CUTLASS's
+@pytest.mark.parametrize("row,m,n,k", [
+    ("sm90_coop_128x128x128_c2x1_ovl_sk", 1000, 2112, 7168), ("sm90_coop_128x128x128_c2x1_ovl_sk", 64, 2112, 7168),
+    ("sm90_coop_128x128x128_c2x1_ovl_sk", 300, 256, 12288), ("sm90_coop_128x128x128_c1x1_ovl_sk", 1000, 2112, 7168),
+    ("sm90_coop_128x128x128_c1x1_ovl_sk", 300, 256, 12288),
+    ("sm90_coop_128x128x128_c1x1_ovl_sk", 640, 4096, 7168),  # where only this row streams (E32b)
+])
+def test_stream_k_tail_is_reproducible(row, m, n, k):
+    """The 128x128 stream-K rows' units reduce shared tiles in a fixed order (CUTLASS's
     deterministic reduction), so two runs give the same bits."""
-    _assert_same_bits_twice("sm90_coop_128x128x128_c2x1_ovl_sk", m, n, k, "stream-K", seed=13)
+    _assert_same_bits_twice(row, m, n, k, "stream-K", seed=13)
 
 
 # The row on the issue-ahead kernel (sm90_issue_ahead_kernel.cuh) and a row on CUTLASS's kernel with the same

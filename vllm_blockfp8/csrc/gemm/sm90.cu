@@ -14,14 +14,15 @@
 // the 128x32 row above M = 48: few 64-row tiles;
 // the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row; the
 // `_persistent` 128x64 row: the plain one would run K whole;
-// the `_c1x1` row: the 2x1 rows' padding tiles (odd token-tile counts) would cost a round;
-// the `_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles and the
+// the `_c1x1_ovl_epi64x3` row: the 2x1 rows' padding tiles (odd token-tile counts) would cost a round;
+// the `_c1x1_ovl_sk` row: the stream-K rule fires on the real tiles only (padding tiles again), past one round;
+// the `_c2x1_ovl_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles and the
 // next tile's first K block issued before the epilogue (sm90_issue_ahead_kernel.cuh): K <= 4096 from M = 1024,
 // and from M = 384 where its tiles exceed one wave);
 // forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows
 // split K: the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
 // (where that saves more than it costs), else, like the plain 128x64 row, CUTLASS's split-K at K >= 7168.
-// The 128x128 `_sk` row runs a nearly empty last wave as stream-K.
+// The 128x128 `_sk` rows run a nearly empty last wave as stream-K.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
 #include <cstdint>
@@ -214,6 +215,21 @@ bool streams_tail_wave(const Problem& p) {
   return sm90::plan_config<Sm90Coop128StreamK>(p).stream_k;
 }
 
+// Selection precondition of the stream-K 128x128 row without a cluster: where the real tiles' last round is thin
+// enough for the stream-K rule above but the 2x1 grid's, counting its padding tiles (odd token-tile counts), is not,
+// and the real tiles exceed one round. The 4096-wide long-K layers at M = 640 are 160 real tiles (last round 28 / 132:
+// stream-K) but 192 in 2x1 clusters (60 / 132: data-parallel). Where it fires the table selected `_ovl` before (K >
+// 4096); against it 0.645-0.980x (geomean 0.878, faster at all 33) on 10 fresh long-K layers at M = 384..3200, most
+// at 1-2.2 rounds (0.65-0.86), least at 18 (0.98) (gemm/NOTES.md thirtieth session, E32b). Left out, as E32 measured
+// them: where the 2x1 `_sk` row already streams (0.85-1.03x, mixed) and below one round of real tiles (2112x7168 at
+// M = 384, 51 tiles: 1.017x).
+using Sm90Coop128NoClusterStreamK =
+    Config<false, 128, 128, 1, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>;
+bool streams_tail_without_cluster(const Problem& p) {
+  return sm90::plan_config<Sm90Coop128NoClusterStreamK>(p).stream_k && !streams_tail_wave(p) &&
+         waves<Sm90Coop128NoClusterStreamK>(p) > 1;
+}
+
 // Selection precondition of the 128x128 row with 128x64 epilogue subtiles in three buffers (sm90_kernel.h,
 // kEpilogueN, kStoreStages): K of at most 30 blocks, M from 1024. CUTLASS's 128x32 subtiles (two buffers) make the
 // math warpgroups wait three times a tile for a store to leave shared memory; at 4-30 K blocks those waits are a
@@ -304,6 +320,12 @@ const Sm90Row kRows[] = {
       "table selected before (geomean 0.823 at 26 benchmark-set points, 0.837 at 37 fresh held-out ones, M = "
       "384..1408; gemm/NOTES.md twenty-ninth session, E30b)",
       &saves_a_round),
+  make_row<Sm90Coop128NoClusterStreamK>("sm90_coop_128x128x128_c1x1_ovl_sk", kUnboundedM,
+      "where only the real tiles' last round is at most 40% full (K >= 48 blocks, more tiles than one round; an odd "
+      "number of token tiles whose 2x1 padding tiles fill that round past the stream-K rule): the `_sk` row without "
+      "its cluster; 0.645-0.980x the `_ovl` row it replaces (geomean 0.878, faster at all 33) on 10 fresh long-K "
+      "layers at M = 384..3200 (gemm/NOTES.md thirtieth session, E32b)",
+      &streams_tail_without_cluster),
   make_row<Sm90Coop128StreamK>("sm90_coop_128x128x128_c2x1_ovl_sk", kUnboundedM,
       "where the row below would leave its last wave at most 40% full and K >= 48 blocks: that row on CUTLASS's "
       "stream-K scheduler (all but the last full wave data-parallel, the rest split over one wave); 0.73-0.94x its "
