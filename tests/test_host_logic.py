@@ -151,15 +151,16 @@ GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
     (4, 96, 4096, 7168, "K slices x2"),  # its sliced twin replaces that split
     (4, 96, 2112, 7168, "K slices x2"),  # 56 K blocks: 3 slices do not divide them
     (4, 96, 4096, 4096, "data-parallel"),
-    (8, 640, 4096, 7168, "stream-K"),  # 160 tiles without a cluster: the last round 28 / 132 full
-    (8, 640, 4096, 4096, "data-parallel"),  # as thin, but 32 K blocks (< 48)
-    (9, 1024, 2112, 7168, "stream-K"),  # 136 tiles on 132 SMs: the last wave 4 tiles full
-    (9, 1024, 7168, 16384, "stream-K"),  # 448 tiles: the last wave 52 / 132 full (<= 40%)
-    (9, 1024, 7168, 2048, "data-parallel"),  # as full, but 16 K blocks (< 48)
-    (9, 1024, 4096, 7168, "data-parallel"),  # 256 tiles: the last wave 124 / 132 full
-    (9, 300, 256, 12288, "stream-K"),  # 4 tiles (2 in clusters of 2 along M)
-    (11, 1024, 2112, 7168, "data-parallel"),  # the persistent row never splits
-    (7, 384, 5120, 6144, "data-parallel"),  # the row without a cluster never splits
+    (9, 640, 4096, 7168, "stream-K"),  # 160 tiles without a cluster: the last round 28 / 132 full
+    (9, 640, 4096, 4096, "data-parallel"),  # as thin, but 32 K blocks (< 48)
+    (10, 1024, 2112, 7168, "stream-K"),  # 136 tiles on 132 SMs: the last wave 4 tiles full
+    (10, 1024, 7168, 16384, "stream-K"),  # 448 tiles: the last wave 52 / 132 full (<= 40%)
+    (10, 1024, 7168, 2048, "data-parallel"),  # as full, but 16 K blocks (< 48)
+    (10, 1024, 4096, 7168, "data-parallel"),  # 256 tiles: the last wave 124 / 132 full
+    (10, 300, 256, 12288, "stream-K"),  # 4 tiles (2 in clusters of 2 along M)
+    (12, 1024, 2112, 7168, "data-parallel"),  # the persistent row never splits
+    (8, 384, 5120, 6144, "data-parallel"),  # the row without a cluster never splits
+    (7, 384, 2112, 7168, "data-parallel"),  # the tok64 kernel walks K whole at any M
     (5, 96, 4096, 7168, "data-parallel"),  # the persistent 128x64 row never splits either
 ]
 
@@ -171,11 +172,11 @@ def test_sm90_gemm_k_plan_at_132_sms():
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
-    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(12)]
+    names = [ops.gemm_k_plan(row, 64, 4096, 4096, 132)["row"] for row in range(13)]
     assert names == ["sm90_swapab_64x32x128_pp_ovl", "sm90_swapab_128x32x128", "sm90_tok64_fitn",
                      "sm90_swapab_64x64x128_pp_ovl",
                      "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl_persistent",
-                     "sm90_swapab_128x64x128_ovl", "sm90_coop_128x128x128_c1x1_ovl_epi64x3",
+                     "sm90_swapab_128x64x128_ovl", "sm90_tok64_fitn_narrow", "sm90_coop_128x128x128_c1x1_ovl_epi64x3",
                      "sm90_coop_128x128x128_c1x1_ovl_sk", "sm90_coop_128x128x128_c2x1_ovl_sk",
                      "sm90_coop_128x128x128_c2x1_ovl_epi64x3",
                      "sm90_coop_128x128x128_c2x1_ovl"]
@@ -188,6 +189,7 @@ def test_sm90_gemm_k_plan_at_132_sms():
     assert ops.gemm_k_plan(1, 32, 4096, 7168, 132)["workspace_bytes"] >= 4 * 32 * 4096 * 4
     assert ops.gemm_k_plan(6, 96, 4096, 7168, 132)["workspace_bytes"] > 0, "split-K x2"
     assert ops.gemm_k_plan(5, 128, 6144, 4096, 132)["tile_n"] == 0, "CUTLASS rows have a fixed tile"
+    assert ops.gemm_k_plan(7, 384, 2112, 7168, 132)["tile_n"] == 96, "the tok64 width rule above M = 256 too"
     with pytest.raises(ValueError, match="row index out of range"):
         ops.gemm_k_plan(99, 32, 4096, 4096, 132)
     with pytest.raises(ValueError, match="multiple of 128"):
@@ -269,8 +271,13 @@ GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its select
     (1152, 7168, 2048, "sm90_coop_128x128x128_c1x1_ovl_epi64x3"),  # 504 tiles (4 rounds) against 560 (5)
     (1280, 7168, 2048, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 10 token tiles: no padding tile
     (640, 4096, 7168, "sm90_coop_128x128x128_c1x1_ovl_sk"),  # 160 tiles: last round 28 / 132; 192 in clusters: 60
-    (300, 6144, 6144, "sm90_coop_128x128x128_c1x1_ovl_sk"),  # 144 tiles: 12 / 132; 192 in clusters: 60
-    (384, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl"),  # 51 tiles: below one round (E32: 1.017x)
+    (300, 6144, 6144, "sm90_coop_128x128x128_c1x1_ovl_sk"),  # 144 tiles: 12 / 132; 192 in clusters: 60; tok64: 2 waves
+    (384, 2112, 7168, "sm90_tok64_fitn_narrow"),  # 51 128x128 tiles; 132 of 64x96: 160 / 256 bytes a block (E33)
+    (257, 2112, 7168, "sm90_tok64_fitn_narrow"),  # 5 x 22 = 110 tiles of 64x96, the least M it takes
+    (512, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl"),  # 120 tiles of 64x144: 208 / 256 (> 3/4; 0.96x measured)
+    (384, 288, 2560, "sm90_tok64_fitn_narrow"),  # 108 tiles of 64x16
+    (1664, 576, 7168, "sm90_tok64_fitn_narrow"),  # 130 tiles of 64x128: 192 / 256, the bar itself
+    (2048, 576, 7168, "sm90_coop_128x128x128_c2x1_ovl"),  # 160 tiles of 64x128: two waves
     (2176, 2112, 7168, "sm90_coop_128x128x128_c2x1_ovl_sk"),  # 289 tiles (25 / 132), 306 in clusters (42): both stream
     (2176, 7168, 16384, "sm90_coop_128x128x128_c1x1_ovl_sk"),  # 952 tiles (28 / 132) against 1008 (84): 8 rounds each
     (576, 3584, 4096, "sm90_coop_128x128x128_c2x1_ovl_epi64x3"),  # 5 token tiles, 6 in 2x1 clusters: 168 > 132

@@ -376,7 +376,7 @@ def gemm_k_plan(row: int, m: int, n: int, k: int, sm_count: Optional[int] = None
     "split-K xS" | "K slices xS", "order": "RASTER:SWIZZLE", "workspace_bytes": B, "tile_n": W} (the persistent
     tile order in the BLOCKFP8_SM90_RASTER / _SWIZZLE vocabulary, with the swizzle CUTLASS ends up using; the
     workspace the launch allocates: 0 for data-parallel plans, else split/stream-K state or K-slice partials;
-    the weight-tile width where the row picks one per problem, `sm90_tok64_fitn`, else 0; "pdl": whether it
+    the weight-tile width where the row picks one per problem (the `sm90_tok64_fitn*` rows), else 0; "pdl": whether it
     launches programmatically in this process's launch mode, set_sm90_pdl).
     Host logic (sm_count defaults to the current GPU's; give it to ask without a GPU), with the
     BLOCKFP8_SM90_* switches applied. None when the build has no SM90 GEMM."""

@@ -270,6 +270,23 @@ HELD_OUT_15 = (
     WeightShape("command-r-plus.down.tp4.12288x8448", 12288, 8448),
 )
 
+# A sixteenth held-out set, for E33 (the 64-token-tile row above M = 256 on narrow layers; gemm/NOTES.md thirtieth
+# session): layers 288-2560 wide, in no earlier set.
+HELD_OUT_16 = (
+    WeightShape("qwen2.5-1.5b.o.1536x1536", 1536, 1536),
+    WeightShape("qwen2.5-1.5b.down.1536x8960", 1536, 8960),
+    WeightShape("qwen3-0.6b.o.1024x2048", 1024, 2048),
+    WeightShape("qwen3-0.6b.down.1024x3072", 1024, 3072),
+    WeightShape("deepseek-v2-lite.kv_a.576x2048", 576, 2048),
+    WeightShape("minicpm3-4b.q_a.768x2560", 768, 2560),
+    WeightShape("minicpm3-4b.kv_a.288x2560", 288, 2560),
+    WeightShape("qwen3-1.7b.down.2048x6144", 2048, 6144),
+    WeightShape("gemma3-1b.down.1152x6912", 1152, 6912),
+    WeightShape("smollm2-360m.down.960x2560", 960, 2560),
+    WeightShape("qwen2.5-0.5b.down.896x4864", 896, 4864),
+    WeightShape("stablelm-3b.down.2560x6912", 2560, 6912),
+)
+
 # Ragged N (not a multiple of 128) and small shapes that exercise edge tiles.
 RAGGED = (
     WeightShape("dsv3.kv_a.576x7168", 576, 7168),
@@ -301,6 +318,7 @@ SETS = {
     "held_out_8": HELD_OUT_8, "held_out_9": HELD_OUT_9, "held_out_10": HELD_OUT_10,
     "held_out_11": HELD_OUT_11, "held_out_12": HELD_OUT_12, "held_out_13": HELD_OUT_13,
     "held_out_14": HELD_OUT_14, "held_out_15": HELD_OUT_15,
+    "held_out_16": HELD_OUT_16,
 }
 
 

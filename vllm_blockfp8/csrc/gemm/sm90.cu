@@ -14,10 +14,13 @@
 // the 128x32 row above M = 48: few 64-row tiles;
 // the `_slicek` row: its slices fire; the 128x64 rows above M = 128: no more waves than the 128x128 row; the
 // `_persistent` 128x64 row: the plain one would run K whole;
+// the `_tok64_fitn_narrow` row (the tok64 kernel above M = 256): one wave of its tiles loads 3/4 of the 128x128 rows'
+// bytes or less;
 // the `_c1x1_ovl_epi64x3` row: the 2x1 rows' padding tiles (odd token-tile counts) would cost a round;
 // the `_c1x1_ovl_sk` row: the stream-K rule fires on the real tiles only (padding tiles again), past one round;
-// the `_c2x1_ovl_sk` row: its stream-K rule fires; the `_epi64x3` row, the 128x128 row with wider epilogue subtiles and the
-// next tile's first K block issued before the epilogue (sm90_issue_ahead_kernel.cuh): K <= 4096 from M = 1024,
+// the `_c2x1_ovl_sk` row: its stream-K rule fires;
+// the `_epi64x3` row, the 128x128 row with wider epilogue subtiles and the next tile's first K block issued before
+// the epilogue (sm90_issue_ahead_kernel.cuh): K <= 4096 from M = 1024,
 // and from M = 384 where its tiles exceed one wave);
 // forcing a row ignores it. Where their tiles leave SMs idle the cooperative swap rows
 // split K: the 128x32 row and the 128x64 `_slicek` row into K slices run as one batched launch plus a sum kernel
@@ -25,6 +28,7 @@
 // The 128x128 `_sk` rows run a nearly empty last wave as stream-K.
 // Unsupported (rejected with a reason): k % 128 != 0, n % 8 != 0, misaligned pointers, sizes past
 // int32, bias (not implemented yet).
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -208,6 +212,26 @@ bool saves_a_round(const Problem& p) {
   return waves<Sm90Coop128NoCluster>(p) < waves<Sm90Coop128>(p);
 }
 
+// Selection precondition of the 64-token-tile row above M = 256 (`sm90_tok64_fitn_narrow`): where its tiles, at the
+// width its rule picks, make each SM load at most 3/4 of the bytes the 128x128 rows make it load. Each SM's TMA
+// ingress binds both kernels (the tok64 width rule's model), so a kernel's time goes as its rounds times the bytes a
+// CTA loads per K block: waves x (64 + width) x 128 against the 128x128 rows' rounds x 256 x 128 (the rounds of the
+// row the table takes: 1x1 where `saves_a_round`, else the 2x1 grid). That holds on narrow layers, where the 128x128
+// tiles leave SMs idle: 2112x7168 at M = 384 is 51 tiles of 128x128 but 132 of 64x96 (160 / 256). Against the row the
+// table selected: 0.479-0.981x (geomean 0.755, faster at all 45) at the 45 such points of 20 earlier layers, and
+// 0.530-0.923x (geomean 0.716, faster at all 61) on 12 fresh layers 288-2560 wide, M = 384..1536 (gemm/NOTES.md
+// thirtieth session, E33). Between 3/4 and 0.85 (144 wide, 1-2 waves) it came out at 0.87-1.31x: not taken. Every
+// point measured in the rule was one wave of tok64 tiles (16-128 wide), so the rule asks for one wave too (M = 300 on
+// 6144x6144 would be two waves of 128-wide tiles against two rounds: unmeasured).
+constexpr int64_t kTok64NarrowMinM = kSwapRowsMaxM + 1;
+bool tok64_loads_less(const Problem& p) {
+  if (p.m < kTok64NarrowMinM) return false;
+  const int width = sm90::tok64::tile_n(p);
+  if (sm90::tok64::tile_count(p, width) > p.sm_count) return false;
+  const int64_t rounds_128 = std::min(waves<Sm90Coop128NoCluster>(p), waves<Sm90Coop128>(p));
+  return 4 * (sm90::tok64::kTokenTile + width) <= 3 * rounds_128 * (128 + 128);
+}
+
 // Selection precondition of the stream-K 128x128 row: its rule (sm90_kernel.cuh, tail_wave_stream_k)
 // takes stream-K for this problem; elsewhere the persistent row below runs it.
 using Sm90Coop128StreamK = Config<false, 128, 128, 2, 1, Schedule::kCooperativeStreamK, Consumer::kOverlap>;
@@ -314,6 +338,12 @@ const Sm90Row kRows[] = {
       "both run orders, faster at 28); CUTLASS's split-K at K >= 7168 where the `_slicek` row above does not take "
       "the problem (no slice count divides the K blocks; split-K was 0.87-0.92x unsplit on 2112x7168 and 4096x7168)",
       &swap_waves_fit),
+  make_tok64_row("sm90_tok64_fitn_narrow", kUnboundedM,
+      "M > 256 where its tiles fill at most one wave and make each SM load at most 3/4 of the bytes the 128x128 rows "
+      "do (narrow layers, whose 128x128 tiles leave SMs idle; 16-128 wide): the `sm90_tok64_fitn` row's kernel; "
+      "0.48-0.98x the row the table selected (geomean 0.755 at 45 points of 20 earlier layers, 0.716 at 61 points of "
+      "12 fresh ones, faster at all; gemm/NOTES.md thirtieth session, E33)",
+      &tok64_loads_less),
   make_row<Sm90Coop128NoCluster>("sm90_coop_128x128x128_c1x1_ovl_epi64x3", kUnboundedM,
       "where the 2x1 rows below would need a round of tiles more (an odd number of token tiles: their clusters' "
       "padding tiles): the `_epi64x3` row without the cluster runs one round less; 0.64-0.93x the time of the row the "

@@ -1,5 +1,6 @@
 // SM90 (sm_90a only) W8A8 block-scaled FP8 GEMM on 64-token tiles with one math warpgroup: tile-table
-// row sm90_tok64_fitn of sm90.cu (bf16 and fp16 out, every width in sm90_tok64.h's kTileWidths).
+// rows sm90_tok64_fitn (M <= 128) and sm90_tok64_fitn_narrow (M > 256, narrow layers) of sm90.cu (bf16 and
+// fp16 out, every width in sm90_tok64.h's kTileWidths).
 //
 //   D[m, n] = sum_kb (A[m, kb-block] . B[n, kb-block]) * SFA[m, kb] * SFB[n / 128, kb]
 //
