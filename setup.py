@@ -1,6 +1,6 @@
 """Build of the one extension ``vllm_blockfp8._C`` (PyTorch stable ABI, abi3).
 
-* Generic kernels (quantizer, GEMV) are compiled for every arch in TORCH_CUDA_ARCH_LIST
+* Generic kernels (quantizer, FP8 GEMV, NVFP4 GEMV and W4A16 GEMM) are compiled for every arch in TORCH_CUDA_ARCH_LIST
   (default ``8.9;9.0a;12.0a``), plus PTX of the lowest arch so newer GPUs can JIT them.
 * Arch-specific kernels (``csrc/gemm/sm90*.cu``: CUTLASS wgmma) are compiled only for their arch,
   by this file, with at most BLOCKFP8_ARCH_JOBS (default 2) nvcc processes at once: each CUTLASS
@@ -94,7 +94,8 @@ def _ext_modules():
              if a.strip()]
     arch_units = {a: sorted(glob.glob(str(CSRC / pattern))) for a, pattern in ARCH_SOURCES.items() if a in archs}
     defines = [f"-D{ARCH_DEFINES[a]}" for a, units in arch_units.items() if units]
-    generic = [str(CSRC / "quant" / "quant.cu")] + sorted(glob.glob(str(CSRC / "gemv" / "*.cu")))
+    generic = ([str(CSRC / "quant" / "quant.cu")] + sorted(glob.glob(str(CSRC / "gemv" / "*.cu")))
+               + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))))
     host = [str(CSRC / "ops.cpp"), str(CSRC / "linear" / "linear.cpp")]
     nvcc_common = ["-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
     generic_gencode = []

@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the end-to-end demo in vllm_blockfp8.demo.")
     d.add_argument("--model-dir", type=Path, default=None, help="where the demo model lives (default: a temp dir)")
     d.add_argument("--keep", action="store_true", help="keep the files the demo writes")
+    d.add_argument("--format", choices=("fp8-block", "nvfp4"), default="fp8-block",
+                   help="checkpoint format of the demo model (default fp8-block; nvfp4: ModelOpt NVFP4, W4A16 kernels)")
     d.add_argument("--max-tokens", type=int, default=32, help="tokens to generate (default 32)")
     d.add_argument("--attention-backend", default=None, metavar="NAME",
                    help="vLLM attention backend, e.g. TRITON_ATTN where vLLM's FlashAttention build is missing "

@@ -1,4 +1,5 @@
-"""The built-in demo: a tiny random-weight block-FP8 Qwen3 checkpoint served by vLLM.
+"""The built-in demo: a tiny random-weight Qwen3 checkpoint (block FP8, or ModelOpt NVFP4 with
+``--format nvfp4``) served by vLLM.
 
 On a supported GPU (SM89+, with vLLM installed) it runs ``vllm.LLM(..., quantization="blockfp8")``
 with CUDA graphs and torch.compile, prints the generated token ids and which kernel row served
@@ -40,6 +41,10 @@ TINY_QWEN3 = {
                             "weight_block_size": [128, 128]},
 }
 
+FORMATS = ("fp8-block", "nvfp4")
+NVFP4_CONFIG = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": reference.NVFP4_GROUP,
+                "kv_cache_quant_algo": None, "ignore": ["lm_head"]}
+
 PROMPTS = ([11, 42, 7, 99, 1000, 5, 17, 256], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9])
 
 
@@ -50,9 +55,15 @@ def linear_shapes(cfg: dict) -> dict[str, tuple[int, int]]:
     return {"qkv_proj": (q + 2 * kv, h), "o_proj": (h, q), "gate_up_proj": (2 * i, h), "down_proj": (h, i)}
 
 
-def write_checkpoint(path: Path, cfg: dict = TINY_QWEN3, seed: int = 0) -> Path:
-    """Write random bf16 weights, block-FP8 quantized with the reference quantizer."""
+def write_checkpoint(path: Path, cfg: dict = TINY_QWEN3, seed: int = 0, fmt: str = "fp8-block") -> Path:
+    """Write random bf16 weights quantized with the reference quantizer: block FP8, or ModelOpt NVFP4
+    (each projection its own global scale; the plugin keeps one per fused shard)."""
     from safetensors.torch import save_file
+
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    if fmt == "nvfp4":
+        cfg = {**cfg, "quantization_config": NVFP4_CONFIG}
 
     gen = torch.Generator().manual_seed(seed)
     h, i, d, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"], cfg["vocab_size"]
@@ -69,9 +80,16 @@ def write_checkpoint(path: Path, cfg: dict = TINY_QWEN3, seed: int = 0) -> Path:
     for layer in range(cfg["num_hidden_layers"]):
         pre = f"model.layers.{layer}."
         for name, (n, k) in projections.items():
-            w, s = reference.quantize_block_fp8(randn(n, k))
-            tensors[pre + name + ".weight"] = w
-            tensors[pre + name + ".weight_scale_inv"] = s
+            if fmt == "nvfp4":
+                packed, scale, global_scale = reference.quantize_nvfp4(randn(n, k))
+                tensors[pre + name + ".weight"] = packed
+                tensors[pre + name + ".weight_scale"] = scale
+                tensors[pre + name + ".weight_scale_2"] = global_scale.reshape(())
+                tensors[pre + name + ".input_scale"] = torch.ones((), dtype=torch.float32)
+            else:
+                w, s = reference.quantize_block_fp8(randn(n, k))
+                tensors[pre + name + ".weight"] = w
+                tensors[pre + name + ".weight_scale_inv"] = s
         for norm in ("input_layernorm", "post_attention_layernorm"):
             tensors[pre + norm + ".weight"] = torch.ones(h, dtype=torch.bfloat16)
         for norm in ("self_attn.q_norm", "self_attn.k_norm"):
@@ -99,7 +117,7 @@ def gpu_unsupported_reason() -> str | None:
     return None
 
 
-def run_vllm(model_dir: Path, max_tokens: int, attention_backend: str | None = None) -> None:
+def run_vllm(model_dir: Path, max_tokens: int, attention_backend: str | None = None, fmt: str = "fp8-block") -> None:
     os.environ.setdefault("BLOCKFP8_LOG_ROWS", "1")
     from vllm import LLM, SamplingParams
 
@@ -111,24 +129,31 @@ def run_vllm(model_dir: Path, max_tokens: int, attention_backend: str | None = N
     outputs = llm.generate([{"prompt_token_ids": list(p)} for p in PROMPTS], params)
     for prompt, out in zip(PROMPTS, outputs):
         print(f"prompt {list(prompt)} -> generated {list(out.outputs[0].token_ids)}")
-    print("\nkernel rows per layer shape (linear table of this GPU):")
+    family = "nvfp4" if fmt == "nvfp4" else "linear"
+    print(f"\nkernel rows per layer shape ({family} table of this GPU):")
     for name, (n, k) in linear_shapes(TINY_QWEN3).items():
-        picks = {m: ops.selected_row("linear", m, n, k) for m in (1, 8, len(PROMPTS[1]) + len(PROMPTS[0]), 512)}
-        gemv = ops.selected_row("gemv", 1, n, k)
-        print(f"  {name:13s} N={n:5d} K={k:5d}: " + ", ".join(f"M={m}: {r}" for m, r in picks.items())
-              + f" (gemv row at M=1: {gemv})")
+        picks = {m: ops.selected_row(family, m, n, k) for m in (1, 8, len(PROMPTS[1]) + len(PROMPTS[0]), 512)}
+        extra = "" if fmt == "nvfp4" else f" (gemv row at M=1: {ops.selected_row('gemv', 1, n, k)})"
+        print(f"  {name:13s} N={n:5d} K={k:5d}: " + ", ".join(f"M={m}: {r}" for m, r in picks.items()) + extra)
 
 
-def run_reference(max_tokens: int) -> None:
-    """Each layer shape through ops.blockfp8_linear on the CPU, checked against the reference."""
+def run_reference(max_tokens: int, fmt: str = "fp8-block") -> None:
+    """Each layer shape through the format's op on the CPU, checked against the reference."""
     del max_tokens
     gen = torch.Generator().manual_seed(0)
     for name, (n, k) in linear_shapes(TINY_QWEN3).items():
-        w, s = reference.quantize_block_fp8(torch.randn(n, k, generator=gen) * 0.02)
+        w = torch.randn(n, k, generator=gen) * 0.02
         for m in (1, 8):
             x = torch.randn(m, k, generator=gen).bfloat16()
-            out = ops.blockfp8_linear(x, w, s)
-            reference.assert_close_to_ref(out, reference.linear_ref(x, w, s, quantize_activations=False), name)
+            if fmt == "nvfp4":
+                packed, scale, gs = reference.quantize_nvfp4(w)
+                out = ops.nvfp4_linear(x, packed, scale, gs.reshape(1))
+                ref = reference.nvfp4_linear_ref(x, packed, scale, gs)
+            else:
+                q, s = reference.quantize_block_fp8(w)
+                out = ops.blockfp8_linear(x, q, s)
+                ref = reference.linear_ref(x, q, s, quantize_activations=False)
+            reference.assert_close_to_ref(out, ref, name)
         print(f"  {name:13s} N={n:5d} K={k:5d}: reference backend, M=1 and M=8 match the reference")
 
 
@@ -137,17 +162,18 @@ def main(args=None) -> int:
     keep = bool(getattr(args, "keep", False))
     max_tokens = int(getattr(args, "max_tokens", None) or 16)
     attention_backend = getattr(args, "attention_backend", None)
+    fmt = getattr(args, "format", None) or "fp8-block"
     reason = gpu_unsupported_reason()
     if reason is not None:
         print(f"blockfp8 demo: {reason}, so vLLM is not started; running every layer shape of the demo "
               "model through the reference backend instead.")
-        run_reference(max_tokens)
+        run_reference(max_tokens, fmt)
         return 0
     workdir = Path(model_dir) if model_dir else Path(tempfile.mkdtemp(prefix="blockfp8-demo-"))
     try:
-        write_checkpoint(workdir)
-        print(f"blockfp8 demo: wrote a random-weight block-FP8 Qwen3 checkpoint to {workdir}")
-        run_vllm(workdir, max_tokens, attention_backend)
+        write_checkpoint(workdir, fmt=fmt)
+        print(f"blockfp8 demo: wrote a random-weight {fmt} Qwen3 checkpoint to {workdir}")
+        run_vllm(workdir, max_tokens, attention_backend, fmt)
     finally:
         if not keep and not model_dir:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -25,14 +25,15 @@ from . import reference
 
 logger = logging.getLogger("vllm_blockfp8")
 
-FAMILIES = ("linear", "gemv", "gemm", "quant")
+FAMILIES = ("linear", "gemv", "gemm", "quant", "nvfp4")
 
 _SCHEMAS = {
     "per_token_group_quant": "per_token_group_quant(Tensor x, int group_size, int row=-1) -> (Tensor, Tensor)",
     "gemv": "gemv(Tensor x, Tensor b, Tensor b_scale, int row=-1) -> Tensor",
     "gemm": "gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType out_dtype, int row=-1) -> Tensor",
     "linear": "linear(Tensor x, Tensor b, Tensor b_scale, Tensor? bias=None, int row=-1) -> Tensor",
-    "nvfp4_linear": "nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, Tensor? bias=None) -> Tensor",
+    "nvfp4_linear": ("nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, Tensor? bias=None, "
+                     "int row=-1) -> Tensor"),
     "tile_table": "tile_table(str family) -> str",
     "select_row": "select_row(str family, int m, int n, int k) -> int",
     "row_rejects": "row_rejects(str family, int row, int m, int n, int k, int x_address, int x_stride) -> str",
@@ -284,33 +285,46 @@ def _linear_fake(x, b, b_scale, bias=None, row=-1):
 
 
 def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global_scale: torch.Tensor,
-                 bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Weight-only NVFP4 linear: b uint8 [N, K/2], b_scale e4m3 [N, K/16], global_scale fp32
-    scalar or [N] (one per output row, so fused shards keep their own global scale)."""
+                 bias: Optional[torch.Tensor] = None, row=None) -> torch.Tensor:
+    """Weight-only NVFP4 linear (W4A16): x [..., K] bf16/fp16 -> [..., N] in x's dtype.
+
+    b uint8 [N, K/2] (two E2M1 codes per byte, low nibble first), b_scale float8_e4m3fn [N, K/16],
+    global_scale fp32 with N elements (one per output row, so fused shards keep their own) or 1.
+    The activations stay 16-bit. The op picks its kernel row by M from the ``nvfp4`` tile table
+    (decode GEMV, W4A16 tensor-core GEMM, FMA fallback); ``row`` forces one (index or name).
+    """
     _check_activation("x", x, rank=None)
+    _need(x.dim() >= 1, "x must have at least one dimension (K)")
     k = x.shape[-1]
-    _need(b.dtype == torch.uint8 and b.dim() == 2, f"b must be uint8 [N, K/2], got {b.dtype} {tuple(b.shape)}")
+    _need(isinstance(b, torch.Tensor) and b.dtype == torch.uint8 and b.dim() == 2,
+          f"b must be uint8 [N, K/2], got {getattr(b, 'dtype', type(b).__name__)} {tuple(getattr(b, 'shape', ()))}")
+    _need(b.is_contiguous(), "b must be contiguous (row-major [N, K/2])")
     n = b.shape[0]
-    _need(b.shape[1] * 2 == k, f"b must have K/2 = {k // 2} columns, got {b.shape[1]}")
-    _need(k % 32 == 0, f"K = {k} is not supported: it must be a multiple of 32")
+    _need(b.shape[1] * 2 == k, f"b must have K/2 = {k // 2} columns to match the activations' K = {k}, got {b.shape[1]}")
+    _need(k % 32 == 0, f"K = {k} is not supported: NVFP4 needs a multiple of 32")
     _need(b_scale.dtype == reference.FP8_DTYPE and tuple(b_scale.shape) == (n, k // 16),
           f"b_scale must be float8_e4m3fn [N, K/16] = {[n, k // 16]}, got {b_scale.dtype} {list(b_scale.shape)}")
+    _need(b_scale.is_contiguous(), "b_scale must be contiguous")
     _need(global_scale.dtype == torch.float32 and global_scale.numel() in (1, n),
           f"global_scale must be float32 with 1 or N = {n} elements, got {global_scale.dtype} {tuple(global_scale.shape)}")
+    _need(global_scale.is_contiguous(), "global_scale must be contiguous")
     if bias is not None:
-        _need(bias.shape == (n,) and bias.dtype == x.dtype, f"bias must be [N] = [{n}] in {x.dtype}")
-    for name, t in (("b", b), ("b_scale", b_scale), ("global_scale", global_scale)):
-        _need(t.device == x.device, f"{name} is on {t.device} but x is on {x.device}")
+        _need(tuple(bias.shape) == (n,) and bias.dtype == x.dtype, f"bias must be [N] = [{n}] in {x.dtype}, got "
+              f"{bias.dtype} {tuple(bias.shape)}")
+        _need(bias.is_contiguous(), "bias must be contiguous")
+    for name, t in (("b", b), ("b_scale", b_scale), ("global_scale", global_scale), ("bias", bias)):
+        _need(t is None or t.device == x.device, f"{name} is on {t.device if t is not None else None} but x is on {x.device}")
     x2 = x.reshape(-1, k)
-    out = torch.ops.blockfp8.nvfp4_linear(x2, b, b_scale, global_scale.reshape(-1), bias)
+    out = torch.ops.blockfp8.nvfp4_linear(x2, b, b_scale, global_scale.reshape(-1), bias,
+                                          _row_arg("nvfp4", row, x2.shape[0], n, k, x2))
     return out.reshape(*x.shape[:-1], n)
 
 
-def _nvfp4_linear_impl(x, b, b_scale, global_scale, bias=None):
-    # Until a native FP4 kernel exists for this GPU, dequantize in the op and run one fp32 GEMM.
-    # e2m1 * e4m3 * an fp32 global scale is not representable in x's dtype: rounding the weight
-    # (or the product before the bias) to it would add a second rounding; the output rounds once.
-    w = reference.dequantize_nvfp4(b, b_scale, 1.0) * global_scale.float().reshape(-1, 1)
+def _nvfp4_linear_ref(x, b, b_scale, global_scale, bias=None, row=-1):
+    # Dequantize in the op and run one fp32 GEMM (CPU, or CUDA without the extension). Only device
+    # ops on the given tensors: no host tensor is built, so CUDA graphs can capture it. e2m1 * e4m3
+    # * an fp32 global scale is not representable in x's dtype: the output rounds once.
+    w = reference.dequantize_nvfp4(b, b_scale, global_scale.reshape(-1, 1))
     out = x.float() @ w.t()
     if bias is not None:
         out = out + bias.float()
@@ -318,14 +332,14 @@ def _nvfp4_linear_impl(x, b, b_scale, global_scale, bias=None):
 
 
 @torch.library.register_fake("blockfp8::nvfp4_linear")
-def _nvfp4_fake(x, b, b_scale, global_scale, bias=None):
+def _nvfp4_fake(x, b, b_scale, global_scale, bias=None, row=-1):
     return x.new_empty((x.shape[0], b.shape[0]))
 
 
 for _name, _fn in (("per_token_group_quant", _quant_ref), ("gemv", _gemv_ref), ("gemm", _gemm_ref),
-                   ("linear", _linear_ref), ("nvfp4_linear", _nvfp4_linear_impl)):
+                   ("linear", _linear_ref), ("nvfp4_linear", _nvfp4_linear_ref)):
     _lib.impl(_name, _fn, "CPU")
-    if not HAS_CUDA_KERNELS or _name == "nvfp4_linear":
+    if not HAS_CUDA_KERNELS:
         _lib.impl(_name, _fn, "CUDA")
 
 

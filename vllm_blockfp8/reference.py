@@ -124,9 +124,15 @@ def _e2m1_codes(v: torch.Tensor) -> torch.Tensor:
 
 
 def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
-    """E2M1 codes (uint8, low 4 bits) to fp32 values."""
-    table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)
-    mag = table[(codes & 7).long()]
+    """E2M1 codes (uint8, low 4 bits) to fp32 values (E2M1_VALUES by magnitude code).
+
+    Arithmetic, not a table lookup: a table would be a host tensor copied to the device on every
+    call, which CUDA graph capture refuses. exponent e = bits 1-2, mantissa m = bit 0:
+    e == 0 -> 0.5 m (subnormal), else 2^(e-1) (1 + m / 2).
+    """
+    e = ((codes >> 1) & 3).float()
+    m = (codes & 1).float()
+    mag = torch.where(e == 0, 0.5 * m, torch.exp2(e - 1) * (1 + 0.5 * m))
     return torch.where((codes & 8) != 0, -mag, mag)
 
 
@@ -153,12 +159,17 @@ def quantize_nvfp4(w: torch.Tensor):
 
 
 def dequantize_nvfp4(packed: torch.Tensor, scale: torch.Tensor, global_scale) -> torch.Tensor:
-    """w = e2m1 * scale * global_scale in fp32, [N, K]."""
+    """w = e2m1 * scale * global_scale in fp32, [N, K]. global_scale: a number, a 0-dim tensor, or a
+    tensor of one value per row ([N] or [N, 1]: fused shards keep their own)."""
     n = packed.shape[0]
     codes = torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(n, -1)
-    values = e2m1_decode(codes).reshape(n, -1, NVFP4_GROUP)
-    gs = torch.as_tensor(global_scale, dtype=torch.float32, device=packed.device)
-    return (values * scale.float().unsqueeze(-1) * gs).reshape(n, -1)
+    values = e2m1_decode(codes).reshape(n, -1, NVFP4_GROUP) * scale.float().unsqueeze(-1)
+    if isinstance(global_scale, torch.Tensor):
+        gs = global_scale.float()
+        gs = gs.reshape(-1, 1, 1) if gs.numel() == n and n != 1 else gs.reshape(())
+    else:
+        gs = float(global_scale)
+    return (values * gs).reshape(n, -1)
 
 
 # --------------------------------------------------------------------------------------------

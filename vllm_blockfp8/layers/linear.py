@@ -165,6 +165,17 @@ class BlockFp8LinearMethod(LinearMethodBase):
         return ops.blockfp8_linear(x, layer.weight, layer.weight_scale_inv, bias)
 
 
+_told_weight_only = False
+
+
+def _log_weight_only_once() -> None:
+    global _told_weight_only
+    if not _told_weight_only:
+        _told_weight_only = True
+        logger.info("blockfp8: NVFP4 runs weight-only (W4A16): activations stay 16-bit and the checkpoint's "
+                    "input_scale is unused (it is for FP4 x FP4 kernels)")
+
+
 @register_weight_loader_v2_supported_method
 class Nvfp4LinearMethod(LinearMethodBase):
     """ModelOpt NVFP4, weight-only: weight uint8 [N, K/2], weight_scale e4m3 [N, K/16],
@@ -208,6 +219,7 @@ class Nvfp4LinearMethod(LinearMethodBase):
         layer.weight_scale = Parameter(layer.weight_scale.data.contiguous(), requires_grad=False)
         del layer.weight_scale_2
         del layer.input_scale
+        _log_weight_only_once()
 
     def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return ops.nvfp4_linear(x, layer.weight, layer.weight_scale, layer.weight_global_scale, bias)

@@ -16,9 +16,9 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "../common/convert.cuh"
+#include "../common/sm80.cuh"
 
 namespace blockfp8::gemv {
 
@@ -41,62 +41,21 @@ struct Args {
 
 namespace detail {
 
-template <typename To, typename From>
-__device__ __forceinline__ To bit_cast(const From& v) {
-  static_assert(sizeof(To) == sizeof(From), "bit_cast between types of different sizes");
-  To out;
-  memcpy(&out, &v, sizeof(To));
-  return out;
-}
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int q) {
-  return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
-}
-
-// Weights are read exactly once: keep them out of L1 so x (re-read by every warp) stays there.
-__device__ __forceinline__ uint4 load_weight(const uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-template <typename T>
-__device__ __forceinline__ uint4 load_x8(const T* p) {
-  return __ldg(reinterpret_cast<const uint4*>(p));
-}
-
-// The same 8 elements for an x that is only 2-byte aligned (the unbounded row's fallback).
-template <typename T>
-__device__ __forceinline__ uint4 load_x8_unaligned(const T* p) {
-  const unsigned short* h = reinterpret_cast<const unsigned short*>(p);
-  uint4 v;
-  v.x = uint32_t(__ldg(h + 0)) | (uint32_t(__ldg(h + 1)) << 16);
-  v.y = uint32_t(__ldg(h + 2)) | (uint32_t(__ldg(h + 3)) << 16);
-  v.z = uint32_t(__ldg(h + 4)) | (uint32_t(__ldg(h + 5)) << 16);
-  v.w = uint32_t(__ldg(h + 6)) | (uint32_t(__ldg(h + 7)) << 16);
-  return v;
-}
+using sm80::bf16x2_to_float2;
+using sm80::bit_cast;
+using sm80::f16x2_to_float2;
+using sm80::load_weight;
+using sm80::load_x8;
+using sm80::load_x8_unaligned;
+using sm80::mma16816;
+using sm80::word;
+using sm80::x2_to_float2;
 
 // Two e4m3 (low byte = lower k) -> f16x2 bits with one cvt.rn.f16x2.e4m3x2; exact.
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
   return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
-
-__device__ __forceinline__ float2 f16x2_to_float2(uint32_t v) { return __half22float2(bit_cast<__half2>(v)); }
-
-__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t v) {
-  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
-}
-
-template <typename T>
-__device__ __forceinline__ float2 x2_to_float2(uint32_t v);
-template <>
-__device__ __forceinline__ float2 x2_to_float2<__half>(uint32_t v) { return f16x2_to_float2(v); }
-template <>
-__device__ __forceinline__ float2 x2_to_float2<__nv_bfloat16>(uint32_t v) { return bf16x2_to_float2(v); }
 
 // Two e4m3 -> the mma A-operand pair in T. For bf16 the route is e4m3 -> f16 -> f32 -> bf16:
 // every step is exact, since an e4m3 value has 4 significant bits and a normal f16 exponent,
@@ -110,28 +69,6 @@ template <>
 __device__ __forceinline__ uint32_t e4m3x2_to<__nv_bfloat16>(uint32_t two) {
   const float2 f = f16x2_to_float2(e4m3x2_to_f16x2(two));
   return __byte_perm(__float_as_uint(f.x), __float_as_uint(f.y), 0x7632);
-}
-
-// d += A (16x16, weights) * B (16x8, tokens), fp32 accumulate.
-template <typename T>
-__device__ __forceinline__ void mma16816(float& d0, float& d1, float& d2, float& d3, uint32_t a0, uint32_t a1,
-                                         uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma16816<__half>(float& d0, float& d1, float& d2, float& d3, uint32_t a0, uint32_t a1,
-                                                 uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float& d0, float& d1, float& d2, float& d3, uint32_t a0,
-                                                        uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                                        uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 }  // namespace detail

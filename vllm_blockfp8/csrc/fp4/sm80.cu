@@ -1,0 +1,220 @@
+// Weight-only NVFP4 linear: the tile table and the launchers.
+//
+//   out[m, n] = global_scale[n] * sum_k x[m, k] * e2m1(b[n, k]) * b_scale[n, k / 16] (+ bias[n])
+//
+// Layouts: fp4.h. Compiled for every arch the extension builds (8.9, 9.0a, 12.0a): the kernels use
+// SM80+ features only (mma.sync, cp.async). This is how Ada and Hopper run NVFP4 (no FP4 tensor
+// cores): decode reads half the bytes of FP8, and larger M runs W4A16 on the 16-bit tensor cores.
+// Unsupported: k % 32 != 0 (every row), k % 128 != 0 (the tensor-core rows; the FMA row takes it).
+#include <algorithm>
+#include <cstdint>
+
+#include "../common/vector_rows.h"
+#include "fp4.h"
+#include "gemv.cuh"
+#include "w4a16.cuh"
+
+namespace blockfp8::fp4 {
+namespace {
+
+using Launcher = cudaError_t (*)(const Problem&, cudaStream_t);
+using Check = const char* (*)(const Problem&);
+using Workspace = size_t (*)(const Problem&);
+
+constexpr int64_t kMaxDim = int64_t(1) << 30;  // kernels index with 32-bit ints
+
+const char* shared_rejects(const Problem& p) {
+  if (p.m < 0 || p.n < 0 || p.k < 0) return "M, N and K must be >= 0";
+  if (p.m >= kMaxDim || p.n >= kMaxDim || p.k >= kMaxDim) return "M, N and K must be below 2^30 (32-bit indexing)";
+  if (p.k % 32 != 0) return "K must be a multiple of 32 (16-byte packed weight loads, whole scale groups)";
+  if (p.m > 1 && p.x_stride < p.k) return "x_stride must be >= K";
+  if (p.m > 1 && p.out_stride < p.n) return "out_stride must be >= N";
+  if (reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return "b must be 16-byte aligned";
+  if (reinterpret_cast<uintptr_t>(p.b_scale) % 2 != 0) return "b_scale must be 2-byte aligned";
+  if (reinterpret_cast<uintptr_t>(p.x) % 2 != 0 || reinterpret_cast<uintptr_t>(p.out) % 2 != 0)
+    return "x and out must be 2-byte aligned";
+  return nullptr;
+}
+
+const char* accepts_all(const Problem&) { return nullptr; }
+size_t no_workspace(const Problem&) { return 0; }
+
+template <int MT>
+const char* gemv_mma_rejects(const Problem& p) {
+  if (p.m > MT * kMmaTokens) return MT == 1 ? "M > 8: one 8-token mma tile" : "M > 16: two 8-token mma tiles";
+  if (p.k % kWindow != 0) return "K must be a multiple of 128 (128-wide lane-quad windows)";
+  return rows_16byte_aligned(p.x, p.m, p.x_stride) ? nullptr : kRowsNot16ByteAligned;
+}
+
+// 8-warp GEMV blocks (4 or 3 resident per SM) beat 16-warp blocks once the grid has enough blocks to
+// spread: more than 2 16-row tiles per SM at one token tile (6144 wide on 132 SMs; 4096 wide lost),
+// at least 1.5 at two (4096 wide won, 2112 lost).
+template <int MT>
+const char* gemv_wide_rejects(const Problem& p) {
+  const int64_t tiles = (p.n + kMmaRows - 1) / kMmaRows;
+  if (MT == 1 ? tiles <= 2 * int64_t(p.sm_count) : 2 * tiles < 3 * int64_t(p.sm_count))
+    return "too few 16-row tiles per SM for 8-warp blocks (16-warp blocks are faster)";
+  return gemv_mma_rejects<MT>(p);
+}
+
+template <int WN, int WM, int NT, int STAGES>
+const char* w4a16_rejects(const Problem& p) {
+  if (p.k % kStageK != 0) return "K must be a multiple of 128 (128-wide pipeline stages)";
+  if (W4a16Tile<WN, WM, NT, STAGES>::kSmemBytes > p.max_smem)
+    return "the tile's pipeline needs more shared memory per block than this GPU has";
+  if (reinterpret_cast<uintptr_t>(p.b_scale) % 8 != 0) return "b_scale must be 8-byte aligned (8-byte cp.async)";
+  return rows_16byte_aligned(p.x, p.m, p.x_stride) ? nullptr : kRowsNot16ByteAligned;
+}
+
+// Fewer than 24 tiles of 128 rows (N < 2944): the 64 x 64 tiles keep more SMs busy (576 and 2112 wide won
+// at M = 64 and 1024; 4096 wide lost).
+constexpr int64_t kNarrowRowTiles = 24;
+
+const char* w4a16_narrow_rejects(const Problem& p) {
+  if ((p.n + 127) / 128 >= kNarrowRowTiles) return "N >= 2944: 128-row tiles fill the GPU";
+  return w4a16_rejects<2, 2, 4, 3>(p);
+}
+
+// K splits of a W4A16 row: enough blocks for about two per SM where the output tiles alone leave SMs
+// idle, with at least 4 stages (512 of K) per split so the pipeline fills, at most 16.
+template <int WN, int WM, int NT, int STAGES>
+int w4a16_splits(const Problem& p) {
+  using Tile = W4a16Tile<WN, WM, NT, STAGES>;
+  const int64_t tiles = ((p.m + Tile::kTokens - 1) / Tile::kTokens) * ((p.n + Tile::kRows - 1) / Tile::kRows);
+  if (tiles >= p.sm_count || tiles == 0) return 1;
+  const int64_t want = (2 * int64_t(p.sm_count) + tiles - 1) / tiles;
+  return int(std::max<int64_t>(1, std::min<int64_t>({want, p.k / kStageK / 4, 16})));
+}
+
+template <int WN, int WM, int NT, int STAGES>
+size_t w4a16_workspace(const Problem& p) {
+  const int splits = w4a16_splits<WN, WM, NT, STAGES>(p);
+  return splits > 1 ? size_t(splits) * size_t(p.m) * size_t(p.n) * sizeof(float) : 0;
+}
+
+template <typename T>
+Args<T> args(const Problem& p) {
+  return Args<T>{static_cast<const T*>(p.x), p.b, p.b_scale, p.global_scale, p.global_scale_stride,
+                 static_cast<const T*>(p.bias),
+                 static_cast<T*>(p.out), int(p.m), int(p.n), int(p.k), p.x_stride, p.out_stride};
+}
+
+
+template <int KS, int MT, int CT, int U, int MINB, int ACCS = 1>
+cudaError_t launch_gemv_mma(const Problem& p, cudaStream_t s) {
+  const unsigned grid = unsigned((p.n + CT * kMmaRows - 1) / (CT * kMmaRows));
+  if (p.bf16)
+    gemv_mma_kernel<KS, MT, CT, U, MINB, ACCS, __nv_bfloat16><<<grid, 32 * KS, 0, s>>>(args<__nv_bfloat16>(p));
+  else
+    gemv_mma_kernel<KS, MT, CT, U, MINB, ACCS, __half><<<grid, 32 * KS, 0, s>>>(args<__half>(p));
+  return cudaGetLastError();
+}
+
+template <int WN, int WM, int NT, int STAGES, typename T>
+cudaError_t launch_w4a16_t(const Problem& p, cudaStream_t s) {
+  using Tile = W4a16Tile<WN, WM, NT, STAGES>;
+  auto* kernel = &w4a16_kernel<WN, WM, NT, STAGES, T>;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+  if (attr != cudaSuccess) return attr;
+  const int splits = w4a16_splits<WN, WM, NT, STAGES>(p);
+  if (splits > 1 && p.workspace == nullptr) return cudaErrorInvalidValue;
+  const dim3 grid(unsigned((p.m + Tile::kTokens - 1) / Tile::kTokens), unsigned((p.n + Tile::kRows - 1) / Tile::kRows),
+                  unsigned(splits));
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, s>>>(args<T>(p), static_cast<float*>(p.workspace));
+  if (splits > 1) {
+    const int64_t total = p.m * p.n;
+    const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 8 * int64_t(p.sm_count)));
+    w4a16_reduce_kernel<T><<<blocks, 256, 0, s>>>(args<T>(p), static_cast<const float*>(p.workspace), splits);
+  }
+  return cudaGetLastError();
+}
+
+constexpr int kFmaTokens = 4;
+
+cudaError_t launch_gemv_fma(const Problem& p, cudaStream_t s) {
+  // grid.y strides over M inside the kernel, so capping it at the hardware limit is enough.
+  const dim3 grid(unsigned((p.n + kFmaWarps - 1) / kFmaWarps),
+                  unsigned(std::min<int64_t>((p.m + kFmaTokens - 1) / kFmaTokens, 65535)));
+  if (p.bf16)
+    gemv_fma_kernel<kFmaTokens, __nv_bfloat16><<<grid, 32 * kFmaWarps, 0, s>>>(args<__nv_bfloat16>(p));
+  else
+    gemv_fma_kernel<kFmaTokens, __half><<<grid, 32 * kFmaWarps, 0, s>>>(args<__half>(p));
+  return cudaGetLastError();
+}
+
+template <int WN, int WM, int NT, int STAGES>
+cudaError_t launch_w4a16(const Problem& p, cudaStream_t s) {
+  return p.bf16 ? launch_w4a16_t<WN, WM, NT, STAGES, __nv_bfloat16>(p, s)
+                : launch_w4a16_t<WN, WM, NT, STAGES, __half>(p, s);
+}
+
+
+struct Fp4Row {
+  TileRow info;
+  Check check;  // the row's own precondition, after the checks every row shares
+  Launcher launch;
+  Workspace workspace = &no_workspace;
+};
+
+// Ordered: the first row with max_m >= M whose precondition holds wins. Numbers: H200, CUDA graphs,
+// weights rotated past L2, same run (fp4/NOTES.md).
+constexpr Fp4Row kRows[] = {
+    {{"fp4_gemv_mma_t8_ks8", 8, "decode on wide layers (> 2 16-row tiles per SM): 8-warp blocks, 4 resident per SM; "
+                                "gate_up 24576x4096 at M = 1 23.8 us vs 27.5 for 16-warp blocks"},
+     &gemv_wide_rejects<1>, &launch_gemv_mma<8, 1, 1, 1, 4>},
+    {{"fp4_gemv_mma_t8", 8, "decode: 16-warp blocks, two accumulators per tile; 4096x4096 6.3 us, 4096x12288 13.9 us"},
+     &gemv_mma_rejects<1>, &launch_gemv_mma<16, 1, 1, 1, 2, 2>},
+    {{"fp4_gemv_mma_t16_ks8", 16, "M = 9..16 on layers with >= 1.5 16-row tiles per SM: 8-warp blocks, 3 resident; "
+                                  "gate_up at M = 16 41.3 us vs 55.6"},
+     &gemv_wide_rejects<2>, &launch_gemv_mma<8, 2, 1, 1, 3>},
+    {{"fp4_gemv_mma_t16", 16, "M = 9..16: two 8-token tiles per weight read, 16-warp blocks"}, &gemv_mma_rejects<2>,
+     &launch_gemv_mma<16, 2, 1, 1, 1>},
+    {{"fp4_w4a16_64x64", kUnboundedM, "narrow layers (< 24 128-row tiles): 64 x 64 tiles fill more SMs; 2112x7168 at "
+                                      "M = 1024 187 us vs 263 for 128 x 128"},
+     &w4a16_narrow_rejects, &launch_w4a16<2, 2, 4, 3>, &w4a16_workspace<2, 2, 4, 3>},
+    {{"fp4_w4a16_128x64", 128, "mid M: 128 x 64 tiles, 2 stages (82 KB, 2 blocks per SM), K split where the tiles "
+                               "leave SMs idle"},
+     &w4a16_rejects<4, 2, 4, 2>, &launch_w4a16<4, 2, 4, 2>, &w4a16_workspace<4, 2, 4, 2>},
+    {{"fp4_w4a16_128x128", kUnboundedM, "large M: 128 x 128 tiles, 3 stages (155 KB: SM90 only); the decode shared by "
+                                        "both token warps"},
+     &w4a16_rejects<4, 2, 8, 3>, &launch_w4a16<4, 2, 8, 3>, &w4a16_workspace<4, 2, 8, 3>},
+    {{"fp4_w4a16_128x64_any", kUnboundedM, "large M where 155 KB of shared memory is not there (SM89, SM120)"},
+     &w4a16_rejects<4, 2, 4, 2>, &launch_w4a16<4, 2, 4, 2>, &w4a16_workspace<4, 2, 4, 2>},
+    {{"fp4_gemv_fma_anym", kUnboundedM, "any valid problem (K % 32 == 0, x 2-byte aligned): the correctness fallback"},
+     &accepts_all, &launch_gemv_fma},
+};
+constexpr int kNumRows = int(sizeof(kRows) / sizeof(kRows[0]));
+static_assert(kRows[kNumRows - 1].info.max_m == kUnboundedM, "the last row must take any M");
+
+}  // namespace
+
+int num_rows() { return kNumRows; }
+
+const TileRow& row(int i) { return kRows[i].info; }
+
+const char* rejects(int i, const Problem& p) {
+  if (i < 0 || i >= kNumRows) return "row index out of range";
+  if (const char* why = shared_rejects(p)) return why;
+  return kRows[i].check(p);
+}
+
+size_t workspace_bytes(int i, const Problem& p) {
+  if (rejects(i, p) != nullptr) return 0;
+  return kRows[i].workspace(p);
+}
+
+int select(const Problem& p) {
+  for (int i = 0; i < kNumRows; ++i)
+    if (p.m <= kRows[i].info.max_m && rejects(i, p) == nullptr) return i;
+  return -1;
+}
+
+cudaError_t launch(int i, const Problem& p, cudaStream_t s) {
+  if (rejects(i, p) != nullptr) return cudaErrorInvalidValue;
+  if (p.m == 0 || p.n == 0) return cudaSuccess;
+  if (kRows[i].workspace(p) > 0 && p.workspace == nullptr) return cudaErrorInvalidValue;
+  return kRows[i].launch(p, s);
+}
+
+}  // namespace blockfp8::fp4
