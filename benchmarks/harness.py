@@ -373,7 +373,7 @@ def common_parser(description: str, default_m: Sequence[int]) -> argparse.Argume
     budget = os.environ.get("BENCH_TIME_BUDGET_S")
     p.add_argument("--time-budget-s", type=float, default=float(budget) if budget else None,
                    help="start no new point after this many seconds; the report lists the rest "
-                        "(default: $BENCH_TIME_BUDGET_S, which tools/h200_check.sh sets per stage)")
+                        "(default: $BENCH_TIME_BUDGET_S, which dev/device/h200_check.sh sets per stage)")
     p.add_argument("--timing", choices=TIMINGS, default=os.environ.get("BENCH_TIMING", TIMINGS[0]),
                    help="interleaved (default): a point's variants captured first, then replayed in "
                         "turns, so that all run under the same clocks (a ratio between them repeats "

@@ -437,10 +437,10 @@ def test_scaled_mm_block_call_matches_reference():
 
 
 def test_merge_bench_fills_missing_points_and_replaces_only_on_request():
-    """tools/merge_bench.merge: SECOND's records fill the points FIRST lacks; with replace=True they
-    also displace FIRST's at shared points (listed in header["replaced"]); merges chain their headers."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    import merge_bench
+    """benchmarks/analysis/merge_bench.merge: SECOND's records fill the points FIRST lacks; with
+    replace=True they also displace FIRST's at shared points (listed in header["replaced"]); merges
+    chain their headers."""
+    from benchmarks.analysis import merge_bench
 
     def run(tag, points):
         recs = [dict(op="gemm", impl=impl, shape=s, m=m, us=us) for s, m, us in points for impl in ("ours", "cublaslt")]

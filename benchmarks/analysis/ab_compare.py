@@ -1,9 +1,9 @@
 """Candidate-vs-base time ratios from `h200_check.sh ab_gemm` runs (the numbers the rules in gemm/NOTES.md read).
 
-    python tools/ab_compare.py BASE_ROW A.json B.json [A2.json B2.json ...] [--out merged.json] [--plot ratios.png]
-    python tools/ab_compare.py selected A.json B.json ... [--only-selected ROW[,ROW]]
-    python tools/ab_compare.py --settings BASE_SETTING CAND1.json BASE1.json CAND2.json BASE2.json ... [--op gemm|linear]
-    python tools/ab_compare.py --impls NAME A.json::CAND::BASE B.json::CAND2::BASE2 ... [--op gemm|linear]
+    python benchmarks/analysis/ab_compare.py BASE_ROW A.json B.json [A2.json B2.json ...] [--out merged.json] [--plot ratios.png]
+    python benchmarks/analysis/ab_compare.py selected A.json B.json ... [--only-selected ROW[,ROW]]
+    python benchmarks/analysis/ab_compare.py --settings BASE_SETTING CAND1.json BASE1.json CAND2.json BASE2.json ... [--op gemm|linear]
+    python benchmarks/analysis/ab_compare.py --impls NAME A.json::CAND::BASE B.json::CAND2::BASE2 ... [--op gemm|linear]
 
 Each pair of JSON files is one ab_gemm spec: the same forced rows timed in two processes with the
 row order reversed. Per point (shape, M) and candidate row, the ratio is the geometric mean over
@@ -29,7 +29,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.report import dump_json, geomean, load_json, save_png  # noqa: E402
 

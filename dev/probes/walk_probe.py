@@ -5,7 +5,7 @@ benchmarks) and fits t(K) = fixed + blocks * per_block by least squares. If per_
 as N (the CTA count) grows, each CTA's walk is limited by something of its own (latency, its
 consumer loop); if it grows with the CTAs, by something they share (DRAM, L2).
 
-  BLOCKFP8_SM90_SPLITS=1 python tools/walk_probe.py --rows sm90_swapab_128x64x128_ovl@128 \
+  BLOCKFP8_SM90_SPLITS=1 python dev/probes/walk_probe.py --rows sm90_swapab_128x64x128_ovl@128 \
       --n 512,1024,2048,4096,5120,8192 --k 2048,4096,6144,8192 --json walk.json
 
 BLOCKFP8_SM90_SPLITS=1 keeps every row unsplit (no split-K, no K slices), so each CTA walks all of K;
@@ -13,7 +13,7 @@ keep K below 96 blocks where the tiles are few, or the stream-K rule of the swap
 column says what ran). Each spec is ROW@M. --plot draws per-block time against N (with the JSON of this
 run, or, with --replot, of earlier runs; no GPU needed then):
 
-  python tools/walk_probe.py --replot walk_cold.json walk_hot.json --plot walk.png
+  python dev/probes/walk_probe.py --replot walk_cold.json walk_hot.json --plot walk.png
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import harness, report  # noqa: E402
 from vllm_blockfp8 import ops, reference  # noqa: E402

@@ -5,7 +5,7 @@
 // against 256 of wgmma, with its consumers (not its loads) behind (twelfth session, ncu). Its 8
 // m64n64k32 wgmma per block read 32 KiB of shared memory (A 2 KiB + B 2 KiB each), and its TMA writes
 // 24 KiB. At 128 B/clk per SM, reads alone fill 256 cycles (SS m64n64k32 runs at exactly 128 B/clk:
-// tools/wgmma_rate_probe.cu), reads plus writes 448. Do TMA writes take shared-memory bandwidth from
+// dev/probes/wgmma_rate_probe.cu), reads plus writes 448. Do TMA writes take shared-memory bandwidth from
 // wgmma operand reads (then the row is bound by bytes per output), or not (then by its loop)?
 //
 // Kernels (one CTA per SM; 128x128 fp8 tiles with the 128-byte swizzle, 16 KiB per load, as the rows'
@@ -23,9 +23,9 @@
 // Printed: cycles per wgmma (worst CTA), the writer's B/clk over the same window, their sum as smem
 // traffic (reads: 2 KiB + N x 32 B per wgmma), and the SM clock (clock64 over globaltimer).
 //
-// Build and run (the H200 stage `tma_probe` of tools/h200_check.sh does this):
+// Build and run (the H200 stage `tma_probe` of dev/device/h200_check.sh does this):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-//        -I <nvidia-cutlass include> tools/tma_ingress_probe.cu -o probe && ./probe out.json
+//        -I <nvidia-cutlass include> dev/probes/tma_ingress_probe.cu -o probe && ./probe out.json
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>

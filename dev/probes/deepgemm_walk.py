@@ -6,9 +6,9 @@ row, whose K block costs ~490 cycles in its loop and ~500 in TMA ingress at 96 C
 cluster and CTA count give DeepGEMM its time? With DG_PRINT_CONFIGS=1 it prints the configuration it
 picks (block M / N, stages, multicast, SMs) for every problem; each point's time is measured as the
 benchmarks measure it (CUDA graph over rotating weight copies), and t(K) = fixed + blocks x per_block
-is fitted over K as tools/walk_probe.py does for our rows.
+is fitted over K as dev/probes/walk_probe.py does for our rows.
 
-  DG_PRINT_CONFIGS=1 python tools/deepgemm_walk.py --m 32,64,128,256 --json deepgemm_walk.json
+  DG_PRINT_CONFIGS=1 python dev/probes/deepgemm_walk.py --m 32,64,128,256 --json deepgemm_walk.json
 
 --once MxNxK[,MxNxK...] instead runs one DeepGEMM launch per problem (after a first call that compiles
 it), for Nsight Compute:  ncu --kernel-name regex:fp8_gemm --launch-skip ... (see gemm/NOTES.md).
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import harness, peers  # noqa: E402
 from vllm_blockfp8 import reference, shapes  # noqa: E402
-from tools.walk_probe import fit  # noqa: E402
+from dev.probes.walk_probe import fit  # noqa: E402
 
 BLOCK = 128
 

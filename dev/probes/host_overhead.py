@@ -1,6 +1,6 @@
 """Host time per eager op call against its GPU time, for the linears of one prefill step.
 
-    python tools/host_overhead.py [--m 16384] [--calls 50] [--json PATH]
+    python dev/probes/host_overhead.py [--m 16384] [--calls 50] [--json PATH]
 
 vLLM runs prefill chunks outside CUDA graphs (its capture sizes stop far below a 16384-token
 chunk), so every linear pays its host side (argument checks, row selection, allocations, the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from vllm_blockfp8 import ops, reference, shapes  # noqa: E402
 

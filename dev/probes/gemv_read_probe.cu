@@ -22,12 +22,12 @@
 //   row           same tiles and warps, but each warp instruction reads 512 contiguous bytes of
 //                 one row (the layout a row-per-warp kernel would need)
 //
-// Build and run (the H200 stage `gemv_probe` of tools/h200_check.sh does this):
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a tools/gemv_read_probe.cu -o probe
+// Build and run (the H200 stage `gemv_probe` of dev/device/h200_check.sh does this):
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a dev/probes/gemv_read_probe.cu -o probe
 //   ./probe out.json
 #include <cuda_runtime.h>
 
-#include "../vllm_blockfp8/csrc/gemv/gemv.h"
+#include "../../vllm_blockfp8/csrc/gemv/gemv.h"
 
 #include <algorithm>
 #include <cstdint>

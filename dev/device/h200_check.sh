@@ -3,7 +3,7 @@
 # the selected stages, each under its own time cap. Logs and JSON go to $OUT; a summary is printed
 # last, and everything is packed into $OUT/run.tgz (the device returns at most 8 files). Run from the repository root with `.whl` carried (nvidia-cutlass, setuptools wheels).
 #
-#   tools/h200_check.sh STAGE [STAGE...]
+#   dev/device/h200_check.sh STAGE [STAGE...]
 #   build        build the extension (always first; skipped when _C is newer than every source)
 #   tests        GPU tests (quantizer, GEMV, GEMM, harness, CPU suites are CI's)
 #   sanitize     compute-sanitizer memcheck + racecheck over every kernel row
@@ -14,28 +14,27 @@
 #   racecheck_gemm   racecheck once per GEMM row and case (ties a hazard report to one launch)
 #   bench_gemm_order GEMM only at M = 2048..8192 under each BLOCKFP8_SM90_RASTER:SWIZZLE in GEMM_ORDERS
 #   tests_gemm_order the GPU GEMM tests under each setting of GEMM_ORDERS at every M (ragged tile grids)
-#   gemv_probe   tools/gemv_read_probe.cu: the GEMV's weight-load pattern alone vs a plain stream
-#   tok64_probe  tools/tok64_split_probe.cu: the 64-token-tile row's data path and loop timed apart (compiles
+#   gemv_probe   dev/probes/gemv_read_probe.cu: the GEMV's weight-load pattern alone vs a plain stream
+#   tok64_probe  dev/probes/tok64_split_probe.cu: the 64-token-tile row's data path and loop timed apart (compiles
 #                ~88 kernels; 4 min on 2 cores)
-#   tma_probe    tools/tma_ingress_probe.cu: TMA ingress per SM by source and active SMs; wgmma against a
+#   tma_probe    dev/probes/tma_ingress_probe.cu: TMA ingress per SM by source and active SMs; wgmma against a
 #                concurrent TMA writer (does the writer take shared-memory bandwidth from wgmma?)
-#   wgmma_probe  tools/wgmma_rate_probe.cu: cycles per FP8 wgmma by N, chains, issue order, warpgroups;
-#                tools/register_a_loop_probe.cu: the register-A consumer loop without its pipeline
+#   wgmma_probe  dev/probes/wgmma_rate_probe.cu: cycles per FP8 wgmma by N, chains, issue order, warpgroups
 #   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST[@SHAPES]" in GEMM_AB
 #                (space-separated; SHAPES: shape sets or names, default benchmark_set), two processes,
 #                the row order reversed in the second (bench_gemm_ab_<I>_<ROW_A>_{a,b}.json, I = the
-#                spec's position); tools/ab_compare.py BASE|selected reads each pair;
+#                spec's position); benchmarks/analysis/ab_compare.py BASE|selected reads each pair;
 #                CAP_AB (300 s) is split evenly over the processes
-#   host_overhead tools/host_overhead.py: host vs GPU time per eager linear call (prefill chunks run
+#   host_overhead dev/probes/host_overhead.py: host vs GPU time per eager linear call (prefill chunks run
 #                outside CUDA graphs in vLLM)
-#   ncu          Nsight Compute sections for the launches in NCU_SPECS (tools/ncu_rows.py specs)
+#   ncu          Nsight Compute sections for the launches in NCU_SPECS (dev/ncu/ncu_rows.py specs)
 #   demo         python -m vllm_blockfp8 demo (needs the offline vLLM bundle unpacked and sourced)
 #   quick, memcheck                                                          short variants
 # BUDGET_S=N caps the whole call (stage caps shrink so that the logs still get packed).
 # The device's copy of the tree has no .git: start the command with
 # BLOCKFP8_GIT_STATE=<sha>[+dirty] (filled in here, before the call) so the result JSON names it.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT}"
 LOGS=$OUT/run
 mkdir -p "$LOGS"
@@ -95,11 +94,11 @@ for s in "$@"; do
   case $s in
     tests) stage tests 360 python3 -m pytest -q -p no:cacheprovider --maxfail=20 tests/test_quant.py tests/test_gemv.py \
              tests/test_gemm.py tests/test_harness.py ;;
-    sanitize) stage memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tools/sanitize_rows.py
-              stage racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 python3 tools/sanitize_rows.py ;;
+    sanitize) stage memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 python3 dev/device/sanitize_rows.py
+              stage racecheck 240 compute-sanitizer --tool racecheck --error-exitcode 9 python3 dev/device/sanitize_rows.py ;;
     build) ;;  # always done above; accepted so `h200_check.sh build` reads naturally
     demo) stage demo 240 python3 -m vllm_blockfp8 demo ;;
-    memcheck) stage memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 python3 tools/sanitize_rows.py ;;
+    memcheck) stage memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 9 python3 dev/device/sanitize_rows.py ;;
     bench_quant) stage bench_quant 90 python3 -m benchmarks.bench_quant --rows ;;  # peers + every quant row
     quick) stage bench_gemv_quick 150 python3 -m benchmarks.bench_gemv --quick \
              --json "$LOGS/bench_gemv_quick.json" --plot "$LOGS/bench_gemv_quick.png"
@@ -128,26 +127,23 @@ for s in "$@"; do
           --maxfail=10 tests/test_gemm.py 2>&1 | tail -n 3 || rc=1; done; exit $rc' ;;
     racecheck_gemm)  # one process per GEMM row and case, so each hazard report names its launch
       stage racecheck_gemm 420 bash -c 'for r in $(python3 -c "from vllm_blockfp8 import ops; print(\" \".join(x[\"name\"] for x in ops.tile_table(\"gemm\")))"); do
-        for c in 0 1 2 3; do echo "== racecheck gemm:$r case $c"; compute-sanitizer --tool racecheck --print-limit 2 python3 tools/sanitize_rows.py gemm:$r --case $c 2>&1 | grep -E "^gemm|hazard|Race|SUMMARY|==   *and"; done; done' ;;
+        for c in 0 1 2 3; do echo "== racecheck gemm:$r case $c"; compute-sanitizer --tool racecheck --print-limit 2 python3 dev/device/sanitize_rows.py gemm:$r --case $c 2>&1 | grep -E "^gemm|hazard|Race|SUMMARY|==   *and"; done; done' ;;
     ncu) # NCU_SECTIONS adds sections, e.g. "MemoryWorkloadAnalysis_Chart MemoryWorkloadAnalysis_Tables" (DRAM detail)
       stage ncu 200 ncu --kernel-name "regex:mma_kernel|per_token_group|device_kernel" --clock-control none \
            --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
            --section Occupancy --section LaunchStats $(for x in ${NCU_SECTIONS:-}; do printf -- '--section %s ' "$x"; done) \
-           python3 tools/ncu_rows.py ${NCU_SPECS:-gemv:gemv_mma_t8:1x2112x7168} ;;
+           python3 dev/ncu/ncu_rows.py ${NCU_SPECS:-gemv:gemv_mma_t8:1x2112x7168} ;;
     gemv_probe) stage gemv_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
-                  tools/gemv_read_probe.cu -o /tmp/gemv_read_probe && /tmp/gemv_read_probe benchmarks/results/gemv_read_probe.json' ;;
+                  dev/probes/gemv_read_probe.cu -o /tmp/gemv_read_probe && /tmp/gemv_read_probe benchmarks/results/gemv_read_probe.json' ;;
     wgmma_probe) stage wgmma_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
-                  --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include tools/wgmma_rate_probe.cu \
-                  -o /tmp/wgmma_rate_probe && /tmp/wgmma_rate_probe benchmarks/results/wgmma_rate_probe.json \
-                  && nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-                  -I /tmp/site/cutlass_library/source/include tools/register_a_loop_probe.cu -o /tmp/register_a_loop_probe \
-                  && /tmp/register_a_loop_probe benchmarks/results/register_a_loop_probe.json' ;;
+                  --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include dev/probes/wgmma_rate_probe.cu \
+                  -o /tmp/wgmma_rate_probe && /tmp/wgmma_rate_probe benchmarks/results/wgmma_rate_probe.json' ;;
     tma_probe) stage tma_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
-                  --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include tools/tma_ingress_probe.cu \
+                  --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include dev/probes/tma_ingress_probe.cu \
                   -o /tmp/tma_ingress_probe && /tmp/tma_ingress_probe benchmarks/results/tma_ingress_probe.json' ;;
     tok64_probe) stage tok64_probe 300 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include -I vllm_blockfp8/csrc \
-                  tools/tok64_split_probe.cu -o /tmp/tok64_split_probe \
+                  dev/probes/tok64_split_probe.cu -o /tmp/tok64_split_probe \
                   && /tmp/tok64_split_probe benchmarks/results/tok64_split_probe.json' ;;
     ab_gemm)  # candidate rows against the row they would replace, both run orders (gemm/NOTES.md)
       stage ab_gemm ${CAP_AB:-300} bash -c 'set -- ${GEMM_AB:?set GEMM_AB}; n=$#; i=0; for spec in "$@"; do
@@ -156,7 +152,7 @@ for s in "$@"; do
           BENCH_TIME_BUDGET_S=$(( BENCH_TIME_BUDGET_S / (2 * n) )) python3 -m benchmarks.bench_gemm --ops gemm \
             --peers none --rows "$r" --m "$ms" --shapes "${shp:-benchmark_set}" --plot /dev/null \
             --json benchmarks/results/bench_gemm_ab_${i}_${rows%%,*}_$o.json | grep -E "^geomean|^    ours"; done; done' ;;
-    host_overhead) stage host_overhead 90 python3 tools/host_overhead.py --json benchmarks/results/host_overhead.json ;;
+    host_overhead) stage host_overhead 90 python3 dev/probes/host_overhead.py --json benchmarks/results/host_overhead.json ;;
     bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none \
                        --json benchmarks/results/bench_gemm_rows.json.gz --plot benchmarks/results/bench_gemm_rows.png ;;
     bench_crossover) stage bench_crossover 200 python3 -m benchmarks.bench_gemv --m 8,16,24,32,48,64 \

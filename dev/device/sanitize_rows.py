@@ -1,8 +1,8 @@
 """One small forced call per tile row, for compute-sanitizer on the GPU machine.
 
-    compute-sanitizer --tool memcheck  python tools/sanitize_rows.py
-    compute-sanitizer --tool racecheck python tools/sanitize_rows.py
-    compute-sanitizer --tool racecheck python tools/sanitize_rows.py gemm:sm90_coop --case 1
+    compute-sanitizer --tool memcheck  python dev/device/sanitize_rows.py
+    compute-sanitizer --tool racecheck python dev/device/sanitize_rows.py
+    compute-sanitizer --tool racecheck python dev/device/sanitize_rows.py gemm:sm90_coop --case 1
 
 Arguments (optional): FAMILY[:ROW] prefixes select rows (a full FAMILY:ROW name selects that row
 only, not the rows whose names extend it, e.g. gemm:sm90_swapab_128x32x128 vs its _ovl candidate);

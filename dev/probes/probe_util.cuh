@@ -1,5 +1,5 @@
-// Helpers shared by the clock64 probes (tools/wgmma_rate_probe.cu, tools/register_a_loop_probe.cu,
-// tools/tma_ingress_probe.cu): each probe kernel writes its CTA's cycle count to cycles[blockIdx.x]; the
+// Helpers shared by the clock64 probes (dev/probes/wgmma_rate_probe.cu, tma_ingress_probe.cu,
+// tok64_split_probe.cu): each probe kernel writes its CTA's cycle count to cycles[blockIdx.x]; the
 // slowest CTA is the time. keep_live keeps the measured work from being compiled away.
 #pragma once
 
@@ -49,7 +49,7 @@ inline long long worst_cta_cycles(const long long* device_cycles, int ctas) {
 
 // Opens `path` and writes the result header up to the opening of the "results" array: GPU, CUDA
 // runtime, git state (BLOCKFP8_GIT_STATE: the device's copy of the tree has no .git, see
-// tools/h200_check.sh), SM count, plus `extra` ("\"key\": value, " pairs) from the probe.
+// dev/device/h200_check.sh), SM count, plus `extra` ("\"key\": value, " pairs) from the probe.
 inline FILE* open_probe_json(const char* path, int sms, const char* extra) {
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);

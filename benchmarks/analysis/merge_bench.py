@@ -7,7 +7,7 @@ plot is redrawn and the geomean lines printed. Every record keeps the speedups o
 With --replace, SECOND's records also replace FIRST's at the points both measured (a table change
 made after FIRST moved those points to another row); header["replaced"] lists those points.
 
-    python tools/merge_bench.py FIRST.json.gz SECOND.json.gz --json OUT.json.gz --plot OUT.png [--replace]
+    python benchmarks/analysis/merge_bench.py FIRST.json.gz SECOND.json.gz --json OUT.json.gz --plot OUT.png [--replace]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.report import Ceilings, Record, Report, dump_json, load_json  # noqa: E402
 

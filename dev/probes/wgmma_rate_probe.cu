@@ -12,9 +12,9 @@
 // One CTA per SM (132 on the H200), `WGs` warpgroups each; printed: clock cycles per wgmma per SM
 // (both warpgroups' wgmma counted) and that over the tensor work N / 2.
 //
-// Build and run (the H200 stage `wgmma_probe` of tools/h200_check.sh does this):
+// Build and run (the H200 stage `wgmma_probe` of dev/device/h200_check.sh does this):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-//        -I <nvidia-cutlass include> tools/wgmma_rate_probe.cu -o probe && ./probe out.json
+//        -I <nvidia-cutlass include> dev/probes/wgmma_rate_probe.cu -o probe && ./probe out.json
 #include <cuda_runtime.h>
 
 #include <cstdio>

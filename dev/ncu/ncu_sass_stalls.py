@@ -1,8 +1,8 @@
 """Stall samples per SASS instruction from an Nsight Compute source-page export (an H200 diagnostic).
 
-    ncu --section SourceCounters ... -o rep python3 tools/ncu_rows.py ...      # on the GPU machine
+    ncu --section SourceCounters ... -o rep python3 dev/ncu/ncu_rows.py ...      # on the GPU machine
     ncu --import rep.ncu-rep --page source --csv --print-source sass > rep_sass.csv
-    python3 tools/ncu_sass_stalls.py rep_sass.csv[.gz] [--top 25] [--kernel INDEX]
+    python3 dev/ncu/ncu_sass_stalls.py rep_sass.csv[.gz] [--top 25] [--kernel INDEX]
 
 For each kernel in the export (ncu repeats a kernel's table once per profiled launch; the first copy of each
 launch is read): instructions executed, the share of all warp samples by stall reason, the instructions with

@@ -1,7 +1,7 @@
 """One forced launch per (family, row, shape) for Nsight Compute on the GPU machine.
 
     ncu --kernel-name regex:'mma_kernel|per_token_group|device_kernel' --clock-control none \
-        --section SpeedOfLight --section WarpStateStats ... python tools/ncu_rows.py \
+        --section SpeedOfLight --section WarpStateStats ... python dev/ncu/ncu_rows.py \
         gemv:gemv_mma_t8:1x2112x7168 quant:quant_lane16_rcp:4096x0x7168 gemm:sm90_coop_128x128x128_c2x1_ovl:4096x4096x7168
 
 Each spec is FAMILY:ROW:MxNxK (bf16 activations). The operands are made first (their own kernels

@@ -25,10 +25,10 @@
 // at K = 2048 and 8192, a table of medians and maxima, and with a second argument every CTA's values in a file.
 // `probe --one VARIANT N K` launches one variant three times, untimed, for ncu.
 //
-// Build and run (the H200 stage `tok64_probe` of tools/h200_check.sh does this; it compiles off-device as well,
+// Build and run (the H200 stage `tok64_probe` of dev/device/h200_check.sh does this; it compiles off-device as well,
 // ~4 min on 2 cores, and the binary can be carried):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-//        -I <nvidia-cutlass include> -I vllm_blockfp8/csrc tools/tok64_split_probe.cu -o probe \
+//        -I <nvidia-cutlass include> -I vllm_blockfp8/csrc dev/probes/tok64_split_probe.cu -o probe \
 //     && ./probe out.json [timeline.txt]
 #include "gemm/sm90_tok64_fitn.cu"
 
