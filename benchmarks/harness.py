@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Sequence
 
 from vllm_blockfp8 import reference, shapes
 
+from . import held_out_shapes
 from .report import (PUBLISHED_CEILINGS, Ceilings, Record, Report,  # noqa: F401 (re-exported)
                      first_line)
 
@@ -35,7 +36,7 @@ WARMUP_REPLAYS = 3
 MAX_COPIES = 256
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUICK_SHAPES = ("qwen3-8b.qkv", "dsv3.2112x7168", "seed.8192x2048")
-SHAPE_SETS = shapes.SETS
+SHAPE_SETS = {**shapes.SETS, **held_out_shapes.SETS}
 TIMINGS = ("interleaved", "sequential")  # the first is the default
 
 
@@ -392,6 +393,14 @@ def parse_m(spec: str) -> list[int]:
     return values
 
 
+def shape_by_name(name: str) -> shapes.WeightShape:
+    """A named layer of the package's shape sets or of the held-out sets."""
+    for shape in (s for group in held_out_shapes.SETS.values() for s in group):
+        if shape.name == name:
+            return shape
+    return shapes.by_name(name)  # KeyError when no set has it
+
+
 def resolve_shapes(spec: str, quick: bool = False) -> list[shapes.WeightShape]:
     if quick and spec == "benchmark_set":
         return [shapes.by_name(name) for name in QUICK_SHAPES]
@@ -407,7 +416,7 @@ def resolve_shapes(spec: str, quick: bool = False) -> list[shapes.WeightShape]:
             elif len(n_k) == 2 and all(v.isdigit() and int(v) > 0 for v in n_k):  # a sweep's "NxK"
                 picked = [shapes.WeightShape(tok.lower(), int(n_k[0]), int(n_k[1]))]
             else:
-                picked = [shapes.by_name(tok)]
+                picked = [shape_by_name(tok)]
         except KeyError:
             raise SystemExit(f"unknown shape or set {tok!r}; sets: {', '.join(SHAPE_SETS)}, or NxK")
         out.extend(s for s in picked if s not in out)

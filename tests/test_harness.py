@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import bench_gemv, bench_quant, harness, peers, triton_gemm
+from benchmarks import bench_gemv, bench_quant, harness, held_out_shapes, peers, triton_gemm
 from benchmarks.report import PUBLISHED_CEILINGS, Record, Report, band_of, geomean
 from vllm_blockfp8 import reference, shapes
 
@@ -194,6 +194,9 @@ def test_shape_and_m_parsing():
     assert harness.parse_m("1,2, 4") == [1, 2, 4]
     assert bench_quant.k_values("K=4096,7168,qwen3-8b.down", False) == [4096, 7168, 12288]
     assert harness.resolve_shapes("7168x12288") == [shapes.WeightShape("7168x12288", 7168, 12288)]
+    assert harness.resolve_shapes("held_out_7") == list(held_out_shapes.HELD_OUT_7)
+    assert harness.resolve_shapes("gpt2.qkv.2304x768,qwen3-8b.o") == [
+        shapes.WeightShape("gpt2.qkv.2304x768", 2304, 768), shapes.by_name("qwen3-8b.o")]
     for bad in ("nope", "7168x", "0x128", "7168x12288x2"):
         with pytest.raises(SystemExit):
             harness.resolve_shapes(bad)
