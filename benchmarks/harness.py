@@ -119,7 +119,7 @@ def time_prepared(graphs: Sequence[PreparedGraph], *, replays: int = MIN_REPLAYS
     Interleaving puts every graph under the same clocks: the H200's SM clock follows its power draw
     over milliseconds to seconds, so graphs timed one after another were each timed in a different
     state (the one after a heavy point, or after a peer's seconds-long JIT compile, differed by up to
-    ~10%; gemm/NOTES.md eighteenth session)."""
+    ~10%; gemm/NOTES.md, "Measuring")."""
     import torch
 
     for _ in range(warmup):
@@ -378,7 +378,7 @@ def common_parser(description: str, default_m: Sequence[int]) -> argparse.Argume
     p.add_argument("--timing", choices=TIMINGS, default=os.environ.get("BENCH_TIMING", TIMINGS[0]),
                    help="interleaved (default): a point's variants captured first, then replayed in "
                         "turns, so that all run under the same clocks (a ratio between them repeats "
-                        "about twice as well: gemm/NOTES.md eighteenth session); sequential: one "
+                        "about twice as well: gemm/NOTES.md, Measuring); sequential: one "
                         "variant's replays after another's (the method before 2026-12-01); default "
                         "$BENCH_TIMING when set")
     p.add_argument("--dry-run", action="store_true",

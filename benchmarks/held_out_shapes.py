@@ -3,8 +3,8 @@ checking the SM90 selection rules fitted on the benchmark set (vllm_blockfp8.sha
 
 Each set was chosen for one rule (the comment above it) and measured once; a new rule gets a fresh
 set, so that no layer both fits a rule and checks it. The benchmarks take these by name
-(`--shapes held_out_7`, or a layer's name); vllm_blockfp8/csrc/gemm/NOTES.md says what each check
-found.
+(`--shapes held_out_7`, or a layer's name); the rows table of vllm_blockfp8/csrc/gemm/NOTES.md gives
+each rule's held-out result.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ for a in "$@"; do
     *) echo "usage: $0 [--lmeval] [--smollm2]" >&2; exit 2 ;;
   esac
 done
-for d in /.whl/ /.vs/; do grep -qx "$d" .git/info/exclude 2>/dev/null || echo "$d" >> .git/info/exclude; done
+EXCLUDE=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
+for d in /.whl/ /.vs/; do grep -qx "$d" "$EXCLUDE" 2>/dev/null || echo "$d" >> "$EXCLUDE"; done
 DL=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 mkdir -p .whl

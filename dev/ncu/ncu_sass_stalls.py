@@ -8,8 +8,8 @@ For each kernel in the export (ncu repeats a kernel's table once per profiled la
 launch is read): instructions executed, the share of all warp samples by stall reason, the instructions with
 the most samples (address, SASS, executions, their largest reasons), and the K loop's body: the SASS between
 two consecutive zeroing wgmma (`QGMMA ... RZ, !UPT`, the first of each K block's batch), its length and
-opcode mix. Compares two kernels of one tile by what they execute and where their warps wait (gemm/NOTES.md,
-twenty-third session, call 5).
+opcode mix. Compares two kernels of one tile by what they execute and where their warps wait (how the
+tok64 kernel's straddle bookkeeping was found: gemm/NOTES.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """DeepGEMM's tile choice and its time per K block at mid M (an H200 diagnostic; needs the offline vLLM
 bundle built with KEEP_THIRD_PARTY=1, see ../shared/offline-vllm).
 
-Why (gemm/NOTES.md, fourteenth session): at M = 128 DeepGEMM runs 1.27x faster than our 128x64 swap
+Why (gemm/NOTES.md, "The cost model"): at M = 128 DeepGEMM runs 1.27x faster than our 128x64 swap
 row, whose K block costs ~490 cycles in its loop and ~500 in TMA ingress at 96 CTAs. Which tiles,
 cluster and CTA count give DeepGEMM its time? With DG_PRINT_CONFIGS=1 it prints the configuration it
 picks (block M / N, stages, multicast, SMs) for every problem; each point's time is measured as the

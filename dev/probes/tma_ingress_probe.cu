@@ -1,8 +1,8 @@
 // TMA ingress and shared-memory contention probe for the SM90 GEMM rows (an H200 diagnostic; not part
 // of the extension).
 //
-// Question (gemm/NOTES.md, fourteenth session): the 128x64 swap row walks a K block in ~450-490 cycles
-// against 256 of wgmma, with its consumers (not its loads) behind (twelfth session, ncu). Its 8
+// Question (gemm/NOTES.md, "The cost model"): the 128x64 swap row walks a K block in ~450-490 cycles
+// against 256 of wgmma, with its consumers (not its loads) behind (ncu). Its 8
 // m64n64k32 wgmma per block read 32 KiB of shared memory (A 2 KiB + B 2 KiB each), and its TMA writes
 // 24 KiB. At 128 B/clk per SM, reads alone fill 256 cycles (SS m64n64k32 runs at exactly 128 B/clk:
 // dev/probes/wgmma_rate_probe.cu), reads plus writes 448. Do TMA writes take shared-memory bandwidth from

@@ -1,21 +1,14 @@
-// Data path against loop in the 64-token-tile SM90 GEMM row (sm90_tok64_fitn; an H200 diagnostic, not part of
-// the extension; gemm/NOTES.md sixteenth session, E10 and E11).
+// Data path against loop in the 64-token-tile SM90 GEMM kernel (rows sm90_tok64_fitn and sm90_tok64_fitn_narrow;
+// an H200 diagnostic, not part of the extension; gemm/NOTES.md, "The tok64 kernel").
 //
-// Question: the row takes ~1.2-1.4x DeepGEMM's time per K block on the same tiles (M = 128: 0.200 / 0.207 /
-// 0.271 us at N = 2048 / 4096 / 6144 against 0.143 / 0.165 / 0.228), and its math warps wait on data 27% of
-// the time at 64x32 against DeepGEMM's 10%. Is the data path alone (producer, TMA, barriers: the math left
-// out) already that slow, or the loop alone (no loads), or neither (then their overlap)? Call 1 answered: the
-// data path (0.191 us at 64x32); the variants since take it apart. Twenty-third session: the same split at the
-// widths past 128 (144 / 160 / 192 at N = 9216 / 10240 / 11008), where multicasting the weight tile to the two
-// token tiles changed nothing (E23), and the row before E24 / E24b (the straddle boundary at run time) beside the
-// row; twenty-fourth session: also 48 / 80 wide. Twenty-fifth session: the fixed cost per call (the intercept
-// of the fit; 1.3-2.3 us above DeepGEMM's at 96-192 wide) taken apart: the row and its loop alone (no loads), each
-// also without the resident weight-scale copy and its wait, without the epilogue's stores, and with the K loop not
-// unrolled (a fraction of the code; it saved nothing and its bit is gone), plus the skeleton (launch, barriers,
-// nothing else). Call 1: the epilogue's stores and the wait for the weight scales were most of it; call 2 timed the
-// row against its fixes undone (the
-// quad-transposed 16-byte stores: kept; the weight scales on stage 0's barrier: not kept, code at git 19e4df5). The
-// variants now: the row with and without the quad stores, without stores, without weight scales, the skeleton.
+// Question: where does a K block's time go on the same tiles as DeepGEMM's (64 tokens x 32..192 weight rows)?
+// Variants, bits of the kernel's kProbe: the data path alone (producer, TMA, barriers: no math), the loop alone
+// (no loads), the row without the resident weight-scale copy and its wait, without the epilogue's stores, with
+// the old direct 4-byte stores, with the straddle boundary at run time at every width, and the skeleton
+// (launch, barriers, nothing else); per-CTA timelines (%globaltimer and clock64 at six points of a CTA's life)
+// say where the fixed cost per call goes. Findings so far: at 32 wide the data path binds, at 64 the loop, at
+// 96-192 the two are within a few per cent of each other; the old stores were most of the fixed cost at
+// 144-192 wide.
 //
 // It compiles the row's own kernel file with diagnostic bits (sm90_tok64_fitn.cu, namespace probe) and times each
 // variant at M = 128 on N = 2048 / 3072 / 4096 / 5120 / 6144 / 9216 / 10240 / 11008 (the rule's widths 32 / 48 / 64 /

@@ -1,6 +1,6 @@
 // wgmma issue-rate probe for the SM90 GEMM rows (an H200 diagnostic; not part of the extension).
 //
-// Question (gemm/NOTES.md, thirteenth session): the register-A 128x256 candidate ran 0.90 us a K block
+// Question (gemm/NOTES.md, "Tried and not kept"): the register-A 128x256 candidate ran 0.90 us a K block
 // (~1650 cycles at 1.83 GHz) where the shared-memory model said 1024; per m64n64k32 wgmma ~52 cycles, as in the
 // 128x64 swap row (~56), against 32 of tensor work (N / 2 cycles at 4096 FP8 MACs per clock and SM).
 // Is a 64-wide wgmma slow by itself, or only when it waits on the one before it (a chain of K steps
