@@ -12,8 +12,9 @@ activations and their scales; full-linear floors count 16-bit activations.
   python -m benchmarks.bench_gemm --dry-run               # no GPU: fake timings
 
 --pdl MODES adds ours under each SM90 launch mode named (BLOCKFP8_SM90_PDL's values, set per capture
-with ops.sm90_pdl) as impl "ours@pdl=MODE"; "ours" keeps the process's mode. tools/ab_compare.py
---impls compares them with "ours" (or selected reads them as rows against it).
+with ops.sm90_pdl) as impl "ours@pdl=MODE"; "ours" keeps the process's mode.
+benchmarks/analysis/ab_compare.py --impls compares them with "ours" (or selected reads them as rows
+against it).
 """
 
 from __future__ import annotations

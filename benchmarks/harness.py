@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Sequence
 
 from vllm_blockfp8 import reference, shapes
 
+from . import held_out_shapes
 from .report import (PUBLISHED_CEILINGS, Ceilings, Record, Report,  # noqa: F401 (re-exported)
                      first_line)
 
@@ -35,7 +36,7 @@ WARMUP_REPLAYS = 3
 MAX_COPIES = 256
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUICK_SHAPES = ("qwen3-8b.qkv", "dsv3.2112x7168", "seed.8192x2048")
-SHAPE_SETS = shapes.SETS
+SHAPE_SETS = {**shapes.SETS, **held_out_shapes.SETS}
 TIMINGS = ("interleaved", "sequential")  # the first is the default
 
 
@@ -118,7 +119,7 @@ def time_prepared(graphs: Sequence[PreparedGraph], *, replays: int = MIN_REPLAYS
     Interleaving puts every graph under the same clocks: the H200's SM clock follows its power draw
     over milliseconds to seconds, so graphs timed one after another were each timed in a different
     state (the one after a heavy point, or after a peer's seconds-long JIT compile, differed by up to
-    ~10%; gemm/NOTES.md eighteenth session)."""
+    ~10%; gemm/NOTES.md, "Measuring")."""
     import torch
 
     for _ in range(warmup):
@@ -373,11 +374,11 @@ def common_parser(description: str, default_m: Sequence[int]) -> argparse.Argume
     budget = os.environ.get("BENCH_TIME_BUDGET_S")
     p.add_argument("--time-budget-s", type=float, default=float(budget) if budget else None,
                    help="start no new point after this many seconds; the report lists the rest "
-                        "(default: $BENCH_TIME_BUDGET_S, which tools/h200_check.sh sets per stage)")
+                        "(default: $BENCH_TIME_BUDGET_S, which dev/device/h200_check.sh sets per stage)")
     p.add_argument("--timing", choices=TIMINGS, default=os.environ.get("BENCH_TIMING", TIMINGS[0]),
                    help="interleaved (default): a point's variants captured first, then replayed in "
                         "turns, so that all run under the same clocks (a ratio between them repeats "
-                        "about twice as well: gemm/NOTES.md eighteenth session); sequential: one "
+                        "about twice as well: gemm/NOTES.md, Measuring); sequential: one "
                         "variant's replays after another's (the method before 2026-12-01); default "
                         "$BENCH_TIMING when set")
     p.add_argument("--dry-run", action="store_true",
@@ -390,6 +391,14 @@ def parse_m(spec: str) -> list[int]:
     if not values or min(values) < 1:
         raise SystemExit(f"--m needs positive integers, got {spec!r}")
     return values
+
+
+def shape_by_name(name: str) -> shapes.WeightShape:
+    """A named layer of the package's shape sets or of the held-out sets."""
+    for shape in (s for group in held_out_shapes.SETS.values() for s in group):
+        if shape.name == name:
+            return shape
+    return shapes.by_name(name)  # KeyError when no set has it
 
 
 def resolve_shapes(spec: str, quick: bool = False) -> list[shapes.WeightShape]:
@@ -407,7 +416,7 @@ def resolve_shapes(spec: str, quick: bool = False) -> list[shapes.WeightShape]:
             elif len(n_k) == 2 and all(v.isdigit() and int(v) > 0 for v in n_k):  # a sweep's "NxK"
                 picked = [shapes.WeightShape(tok.lower(), int(n_k[0]), int(n_k[1]))]
             else:
-                picked = [shapes.by_name(tok)]
+                picked = [shape_by_name(tok)]
         except KeyError:
             raise SystemExit(f"unknown shape or set {tok!r}; sets: {', '.join(SHAPE_SETS)}, or NxK")
         out.extend(s for s in picked if s not in out)

@@ -34,8 +34,8 @@ CHECK_ROWS = 32
 # quantized activations stay near bf16 rounding (~2^-9 in norm). A peer with its own quantizer may
 # round an element to the neighbouring e4m3 code (up to 1/14 of its group's amax at the top of the
 # range); with one output row (M = 1) a single such element moved the norm by up to 1.06% on the H200
-# (cuBLASLt with vLLM's quantizer, 24 seeds and one test run: benchmarks/results/h200/2026-11-30-x9/
-# peer_check_diag.txt). 3% sits between the two.
+# (cuBLASLt with vLLM's quantizer, 24 seeds and one test run on the H200, 2026-11-30). 3% sits
+# between the two.
 CHECK_TOL = 3e-2
 
 

@@ -78,7 +78,7 @@ def run_worker(args: list[str], log: Path, timeout_s: float) -> tuple[int, float
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-m", *args], stdout=f,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        # tools/h200_e2e.sh ends, by id, what a killed driver leaves behind.
+        # dev/device/h200_e2e.sh ends, by id, what a killed driver leaves behind.
         if os.environ.get("BLOCKFP8_PIDFILE"):
             with open(os.environ["BLOCKFP8_PIDFILE"], "a") as pf:
                 pf.write(f"{proc.pid}\n")

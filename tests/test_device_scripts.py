@@ -1,5 +1,6 @@
-"""CPU tests of tools/h200_e2e.sh's plumbing (no GPU, no vLLM): a fake interpreter stands in for
-every Python step, and the script runs from a copy of tools/ in a temporary tree."""
+"""CPU tests of dev/device/h200_e2e.sh's plumbing (no GPU, no vLLM): a fake interpreter stands in
+for every Python step, and the script runs from a copy of dev/device/ in a temporary tree; and of
+benchmarks/analysis/ab_compare.py's ratios."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("ti
 
 def _start(tmp_path: Path, fake_body: str, stages: list[str]) -> tuple[subprocess.Popen, Path]:
     tree = tmp_path / "tree"
-    (tree / "tools").mkdir(parents=True)
-    shutil.copy(ROOT / "tools" / "h200_e2e.sh", tree / "tools" / "h200_e2e.sh")
+    (tree / "dev" / "device").mkdir(parents=True)
+    shutil.copy(ROOT / "dev" / "device" / "h200_e2e.sh", tree / "dev" / "device" / "h200_e2e.sh")
     fake = tmp_path / "fakepy.sh"
     fake.write_text("#!/bin/bash\n" + fake_body + "\n")
     fake.chmod(0o755)
@@ -31,7 +32,7 @@ def _start(tmp_path: Path, fake_body: str, stages: list[str]) -> tuple[subproces
     env = dict(os.environ, OUT=str(out), PYTHON=str(fake), VLLM_USE_FLASHINFER_SAMPLER="0",
                PACK_CACHE="0", E2E_TAG="t")
     # A TERM the test process ignores would be ignored by bash too (and then cannot be trapped).
-    proc = subprocess.Popen(["bash", str(tree / "tools" / "h200_e2e.sh"), *stages], env=env,
+    proc = subprocess.Popen(["bash", str(tree / "dev" / "device" / "h200_e2e.sh"), *stages], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
     return proc, out
@@ -76,14 +77,12 @@ def test_a_term_during_a_step_still_packs_what_finished_and_marks_the_running_st
 
 
 def test_ab_compare_cancels_run_order_and_reports_each_m(tmp_path, capsys):
-    """tools/ab_compare.py: per point the geomean over the two run orders of candidate / base, then
-    per M and overall; points missing from a run are left out, not compared against nothing."""
-    import importlib.util
+    """benchmarks/analysis/ab_compare.py: per point the geomean over the two run orders of
+    candidate / base, then per M and overall; points missing from a run are left out, not compared
+    against nothing."""
     import json
 
-    spec = importlib.util.spec_from_file_location("ab_compare", ROOT / "tools" / "ab_compare.py")
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
+    from benchmarks.analysis import ab_compare as ab
 
     def run(path, times):
         recs = [{"impl": "ours", "shape": "s1", "m": 64, "us": 1.0}]  # the selected row: ignored
@@ -112,12 +111,9 @@ def test_ab_compare_cancels_run_order_and_reports_each_m(tmp_path, capsys):
 def test_ab_compare_against_the_selected_row(tmp_path, capsys):
     """Base `selected`: per point the row the table picked in that run (its forced time, else the
     un-forced time); --only-selected keeps the points where the table picked one of the rows named."""
-    import importlib.util
     import json
 
-    spec = importlib.util.spec_from_file_location("ab_compare", ROOT / "tools" / "ab_compare.py")
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
+    from benchmarks.analysis import ab_compare as ab
 
     def run(path, selected, times):
         recs = [{"impl": "ours", "shape": s, "m": m, "us": us, "row": row} for (s, m), (row, us) in selected.items()]
@@ -144,12 +140,9 @@ def test_ab_compare_settings_pairs_the_same_row_across_runs(tmp_path, capsys):
     over the pairs of the row's time ratio, gzip-compressed runs read as well; a point missing
     from one pair is left out."""
     import gzip
-    import importlib.util
     import json
 
-    spec = importlib.util.spec_from_file_location("ab_compare", ROOT / "tools" / "ab_compare.py")
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
+    from benchmarks.analysis import ab_compare as ab
 
     def run(path, times):
         recs = [{"impl": f"ours@{row}", "shape": s, "m": m, "us": us} for (s, m, row), us in times.items()]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import bench_gemv, bench_quant, harness, peers, triton_gemm
+from benchmarks import bench_gemv, bench_quant, harness, held_out_shapes, peers, triton_gemm
 from benchmarks.report import PUBLISHED_CEILINGS, Record, Report, band_of, geomean
 from vllm_blockfp8 import reference, shapes
 
@@ -194,6 +194,9 @@ def test_shape_and_m_parsing():
     assert harness.parse_m("1,2, 4") == [1, 2, 4]
     assert bench_quant.k_values("K=4096,7168,qwen3-8b.down", False) == [4096, 7168, 12288]
     assert harness.resolve_shapes("7168x12288") == [shapes.WeightShape("7168x12288", 7168, 12288)]
+    assert harness.resolve_shapes("held_out_7") == list(held_out_shapes.HELD_OUT_7)
+    assert harness.resolve_shapes("gpt2.qkv.2304x768,qwen3-8b.o") == [
+        shapes.WeightShape("gpt2.qkv.2304x768", 2304, 768), shapes.by_name("qwen3-8b.o")]
     for bad in ("nope", "7168x", "0x128", "7168x12288x2"):
         with pytest.raises(SystemExit):
             harness.resolve_shapes(bad)
@@ -437,10 +440,10 @@ def test_scaled_mm_block_call_matches_reference():
 
 
 def test_merge_bench_fills_missing_points_and_replaces_only_on_request():
-    """tools/merge_bench.merge: SECOND's records fill the points FIRST lacks; with replace=True they
-    also displace FIRST's at shared points (listed in header["replaced"]); merges chain their headers."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    import merge_bench
+    """benchmarks/analysis/merge_bench.merge: SECOND's records fill the points FIRST lacks; with
+    replace=True they also displace FIRST's at shared points (listed in header["replaced"]); merges
+    chain their headers."""
+    from benchmarks.analysis import merge_bench
 
     def run(tag, points):
         recs = [dict(op="gemm", impl=impl, shape=s, m=m, us=us) for s, m, us in points for impl in ("ours", "cublaslt")]

@@ -390,7 +390,7 @@ def kernel_lines(log, n: int = 12) -> list[str]:
 # CUDA_VISIBLE_DEVICES): the H200 holds 700 W by lowering the SM clock (1.5-1.65 GHz at the cap vs
 # 1.98 GHz below it, benchmarks/results/serving/2026-11-30-x5), so two engines can run the same
 # kernel at different speeds; the summary in each run's record says whether they did. The same
-# query as tools/h200_check.sh's per-stage logs, so clock_summary reads those too.
+# query as dev/device/h200_check.sh's per-stage logs, so clock_summary reads those too.
 CLOCK_QUERY = "index,timestamp,clocks.sm,power.draw"
 BUSY_W = 200.0  # samples below this are an idle or loading GPU, left out of the summary
 AT_CAP_W = 680.0
@@ -440,7 +440,7 @@ def clock_summary(path: Path) -> dict | None:
 
 def note_pid(pid: int) -> None:
     """Append a started session's pid to $BLOCKFP8_PIDFILE, so a caller that had to SIGKILL this
-    script (tools/h200_e2e.sh) can still end the vLLM server it left behind, by id."""
+    script (dev/device/h200_e2e.sh) can still end the vLLM server it left behind, by id."""
     path = os.environ.get("BLOCKFP8_PIDFILE")
     if path:
         with open(path, "a") as f:

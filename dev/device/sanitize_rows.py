@@ -1,0 +1,136 @@
+"""One small forced call per tile row, for compute-sanitizer on the GPU machine.
+
+    compute-sanitizer --tool memcheck  python dev/device/sanitize_rows.py
+    compute-sanitizer --tool racecheck python dev/device/sanitize_rows.py
+    compute-sanitizer --tool racecheck python dev/device/sanitize_rows.py gemm:sm90_coop --case 1
+
+Arguments (optional): FAMILY[:ROW] prefixes select rows (a full FAMILY:ROW name selects that row
+only, not the rows whose names extend it, e.g. gemm:sm90_swapab_128x32x128 vs its _ovl candidate);
+--case I runs only the I-th case of each, so a hazard report can be tied to one launch.
+
+Covers every row of tile_table("quant") and tile_table("gemv") and, where this GPU has one,
+tile_table("gemm"). Shapes
+are ragged on purpose (N not a multiple of 16 or 128, K with a partial last 128-block, M not a
+multiple of a row's token tile) so the edge guards run. A GEMV tensor-core row chooses among
+entry points inside its launcher (8- or 16-warp K split, residency-pinned), so it runs once per
+entry point. Each output is checked against the reference too, so a silent wrong answer fails.
+Prints one line per row; exits non-zero if any call failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from vllm_blockfp8 import ops, reference
+
+
+def _gemv_cases(row: dict, sm_count: int):
+    m = row["max_m"] if row["max_m"] is not None else 19
+    # 16 * SMs - 5 columns: a ragged grid of one tile per SM (rows limited to small grids), K = 6144
+    # in whole 128-byte lines, 3 per warp (the _lines row).
+    cases = [(m, 4104, 320), (m, 4104, 208), (m, 8200, 192), (m, 16 * sm_count - 5, 6144)]
+    pinned_n = 16 * (2 * sm_count + 1) + 5
+    if pinned_n < 8192:
+        cases.append((min(m, 8), pinned_n, 256))
+    return cases
+
+
+def _quant_cases(row: dict):
+    # n is unused; K = 640 leaves a partial tile of groups for rows that take several per lane.
+    return [(83, 0, 640), (1500, 0, 4096)]
+
+
+def _gemm_cases(row: dict):
+    m = row["max_m"] if row["max_m"] is not None else 300
+    # Case 2: K = 12288 (96 blocks) on a 2-wide weight grid: the swap rows take their stream-K
+    # decomposition there (k / 128 >= 96 and 2 * tiles < SMs; partial tiles, workspace fixup).
+    # Case 3: 56 K blocks on 17 weight tiles: the swap rows split each tile 3 ways (19 + 19 + 18
+    # blocks, partials reduced through the workspace); the 128x128 row runs it data-parallel.
+    cases = [(m, 4096, 1024), (m, 520, 384), (m, 256, 12288), (m, 2112, 7168)]
+    if row["max_m"] is None:
+        # Case 4: ~4 tiles per CTA (8 x 65 tiles, ragged M and N, 4 K blocks): the persistent rows' tile change
+        # runs, where the issue-ahead rows start the next tile's first block before the epilogue.
+        cases.append((1000, 8200, 512))
+    if row["name"].startswith("sm90_tok64"):
+        # Its widths past 128 (144 / 160 / 192 at M = 128; 6-7 stages, so 8 K blocks wrap the ring), ragged N;
+        # then 48 / 80 / 96, the other selected widths whose tiles straddle scale blocks.
+        cases += [(m, 9208, 1024), (m, 10232, 1024), (m, 11000, 1024), (m, 3064, 1024), (m, 5112, 1024),
+                  (m, 6136, 1024)]
+    return cases
+
+
+def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
+    g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 13 + k)
+    x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    if family == "quant":  # bit-exact, not close: compare every byte
+        q, s = ops.per_token_group_quant(x, 128, row=row["name"])
+        torch.cuda.synchronize()
+        # The contract is the CPU reference (IEEE fp32 division, as tests/test_quant.py uses):
+        # evaluated on the GPU, torch's elementwise path differed from it by one fp8 code at one
+        # element of 83x640 on the H200 (2026-11-30), so the GPU-side reference is not bit-exact.
+        q_ref, s_ref = reference.quantize_per_token_group(x.cpu(), 128)
+        bad = reference.first_mismatch(q, q_ref) or reference.first_mismatch(s.cpu().contiguous(), s_ref)
+        if bad:
+            raise AssertionError(f"quant {row['name']} M={m} K={k}: {bad}")
+        return "ok"
+    b, bs = reference.quantize_block_fp8(torch.randn(n, k, device="cuda", generator=g))
+    try:
+        if family == "gemv":
+            out = ops.blockfp8_gemv(x, b, bs, row=row["name"])
+            ref = reference.gemv_ref(x, b, bs)
+        else:
+            a, a_scale = ops.per_token_group_quant(x, 128)
+            out = ops.blockfp8_gemm(a, a_scale, b, bs, torch.bfloat16, row=row["name"])
+            ref = reference.gemm_ref(a, a_scale, b, bs)
+        torch.cuda.synchronize()
+    except (RuntimeError, ValueError) as exc:
+        if "cannot run" in str(exc):
+            return "skip"
+        raise
+    reference.assert_close_to_ref(out, ref, f"{family} {row['name']} M={m} N={n} K={k}")
+    return "ok"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("only", nargs="*", metavar="FAMILY[:ROW]", help="run only rows with these prefixes")
+    parser.add_argument("--case", type=int, help="run only this case (index) of each row")
+    args = parser.parse_args(argv)
+    only, case = args.only, args.case
+    if not (torch.cuda.is_available() and ops.HAS_CUDA_KERNELS):
+        print("sanitize_rows: needs a CUDA GPU and the compiled extension", file=sys.stderr)
+        return 2
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    failed = 0
+    tables = {family: ops.tile_table(family) for family in ("quant", "gemv", "gemm")}
+    full_names = {f"{family}:{row['name']}" for family, rows in tables.items() for row in rows}
+
+    def selected(name: str) -> bool:
+        return not only or any(name == o if o in full_names else name.startswith(o) for o in only)
+
+    for family, rows in tables.items():
+        for row in rows:
+            if not selected(f"{family}:{row['name']}"):
+                continue
+            cases = {"quant": _quant_cases(row), "gemv": _gemv_cases(row, sm_count)}.get(family) or _gemm_cases(row)
+            if case is not None:
+                cases = [cases[case]] if case < len(cases) else []
+            ran, skipped = [], []
+            try:
+                for m, n, k in cases:
+                    (ran if _run(family, row, m, n, k) == "ok" else skipped).append(f"{m}x{n}x{k}")
+                status = "ok" if ran else "NOT RUN"
+                failed += not ran
+            except Exception as exc:  # keep going: one line per row, every row reported
+                status = f"FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                failed += 1
+            print(f"{family} {row['name']}: {status}; ran {' '.join(ran) or '-'}; "
+                  f"skipped {' '.join(skipped) or '-'}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,63 @@
+// Helpers shared by the clock64 probes (dev/probes/wgmma_rate_probe.cu, tma_ingress_probe.cu,
+// tok64_split_probe.cu): each probe kernel writes its CTA's cycle count to cycles[blockIdx.x]; the
+// slowest CTA is the time. keep_live keeps the measured work from being compiled away.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+// After the timed region: sums the register fragments (any indexable tensor with a size()) and stores the
+// sum only if it is a value the probes' data never gives, so the wgmma and promotions feeding them stay live
+// (ptxas drops wgmma whose results nothing reads).
+template <class... Frags>
+__device__ __forceinline__ void keep_live(float* sink, const Frags&... frags) {
+  float s = 0.f;
+  (
+      [&] {
+#pragma unroll
+        for (int i = 0; i < int(size(frags)); ++i) s += frags(i);
+      }(),
+      ...);
+  if (s == -1.2345f) sink[0] = s;
+}
+
+// What the one-CTA-per-SM probes allocate: the SM count, one cycle count per CTA, and keep_live's sink.
+struct ProbeDevice {
+  int sms = 0;
+  long long* cycles = nullptr;
+  float* sink = nullptr;
+};
+inline ProbeDevice probe_device() {
+  ProbeDevice d;
+  cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, 0);
+  cudaMalloc(&d.cycles, d.sms * sizeof(long long));
+  cudaMalloc(&d.sink, sizeof(float));
+  return d;
+}
+
+// The largest per-CTA cycle count of the last launch (one CTA per SM).
+inline long long worst_cta_cycles(const long long* device_cycles, int ctas) {
+  std::vector<long long> host(ctas);
+  cudaMemcpy(host.data(), device_cycles, ctas * sizeof(long long), cudaMemcpyDeviceToHost);
+  long long worst = 0;
+  for (long long c : host) worst = c > worst ? c : worst;
+  return worst;
+}
+
+// Opens `path` and writes the result header up to the opening of the "results" array: GPU, CUDA
+// runtime, git state (BLOCKFP8_GIT_STATE: the device's copy of the tree has no .git, see
+// dev/device/h200_check.sh), SM count, plus `extra` ("\"key\": value, " pairs) from the probe.
+inline FILE* open_probe_json(const char* path, int sms, const char* extra) {
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  int runtime = 0;
+  cudaRuntimeGetVersion(&runtime);
+  const char* git = getenv("BLOCKFP8_GIT_STATE");
+  FILE* f = fopen(path, "w");
+  fprintf(f, "{\"gpu\": \"%s\", \"cuda_runtime\": %d, \"git\": \"%s\", \"sms\": %d, %s\"results\": [\n", prop.name,
+          runtime, git ? git : "unknown", sms, extra);
+  return f;
+}
