@@ -197,9 +197,26 @@ def measure_ceilings(replays: int = MIN_REPLAYS) -> Ceilings:
                     fp8_flops_precise_accum=fp8[False], source="measured")
 
 
-def linear_floor(ceil: Ceilings, m: int, n: int, k: int, *,
-                 quantized_activations: bool = False) -> tuple[float, int, int]:
-    """(floor_us, minimum bytes, flops) of a linear/GEMM point (reference.floor_us)."""
+def nvfp4_weight_bytes(n: int, k: int) -> int:
+    """Packed E2M1 codes (N*K/2), E4M3 scales per 16 (N*K/16) and one fp32 global scale: the least
+    an NVFP4 weight can be read as (a per-row global scale, as our layer passes, adds 4*(N-1))."""
+    return n * k // 2 + n * k // reference.NVFP4_GROUP + 4
+
+
+def linear_floor(ceil: Ceilings, m: int, n: int, k: int, *, quantized_activations: bool = False,
+                 weight: str = "fp8") -> tuple[float, int, int]:
+    """(floor_us, minimum bytes, flops) of a linear/GEMM point: reference.floor_us for an FP8 weight.
+
+    weight="nvfp4": W4A16 (bench_nvfp4), the NVFP4 weight's bytes with 16-bit activations and
+    output, and the bf16 peak for the math: Hopper and Ada have no FP4 tensor cores, so the weight
+    is widened to 16 bits and multiplied there."""
+    if weight == "nvfp4":
+        if quantized_activations:
+            raise ValueError("NVFP4 is weight-only here: its activations stay 16-bit")
+        nbytes, flops = nvfp4_weight_bytes(n, k) + 2 * m * k + 2 * m * n, 2 * m * n * k
+        return max(nbytes / ceil.copy_bytes_per_s, flops / ceil.bf16_flops) * 1e6, nbytes, flops
+    if weight != "fp8":
+        raise ValueError(f"weight must be fp8 or nvfp4, got {weight!r}")
     kw = dict(activation_bytes=2, quantized_activations=quantized_activations)
     floor = reference.floor_us(m, n, k, bytes_per_s=ceil.copy_bytes_per_s,
                                flops_per_s=ceil.fp8_flops, **kw)
@@ -366,8 +383,10 @@ def common_parser(description: str, default_m: Sequence[int]) -> argparse.Argume
     p.add_argument("--shapes", default="benchmark_set",
                    help="comma-separated shape names, sets (%s) or NxK" % ", ".join(SHAPE_SETS))
     p.add_argument("--m", default=",".join(map(str, default_m)), help="comma-separated M values")
-    p.add_argument("--json", type=Path, help="JSON path (default benchmarks/results/<script>.json)")
-    p.add_argument("--plot", type=Path, help="PNG output (default benchmarks/results/<script>.png)")
+    p.add_argument("--json", type=Path, help="JSON path (default benchmarks/results/<script>.json; "
+                   "under --dry-run <tmp>/blockfp8_bench/<script>.dryrun.json)")
+    p.add_argument("--plot", type=Path, help="PNG output (default benchmarks/results/<script>.png; "
+                   "under --dry-run beside the JSON's default)")
     p.add_argument("--quick", action="store_true", help="few shapes, %d replays" % QUICK_REPLAYS)
     p.add_argument("--replays", type=int, help="timed replays (default %d)" % MIN_REPLAYS)
     p.add_argument("--peers", default="all", help="comma-separated peer names, 'all' or 'none'")
@@ -429,9 +448,17 @@ def replays_for(args) -> int:
     return QUICK_REPLAYS if args.quick else MIN_REPLAYS
 
 
+def dry_run_dir() -> Path:
+    """Where --dry-run writes when no --json / --plot is given: outside the source tree, so that a
+    check of the reporting code leaves no untracked files beside the committed results."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "blockfp8_bench"
+
+
 def output_paths(args, script: str) -> tuple[Path, Path]:
-    stem = script + (".dryrun" if args.dry_run else "")
-    return (args.json or RESULTS_DIR / f"{stem}.json", args.plot or RESULTS_DIR / f"{stem}.png")
+    folder, stem = (dry_run_dir(), f"{script}.dryrun") if args.dry_run else (RESULTS_DIR, script)
+    return (args.json or folder / f"{stem}.json", args.plot or folder / f"{stem}.png")
 
 
 def start(script: str, args) -> Runner:

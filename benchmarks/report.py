@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-OP_KIND = {"linear": "full linear", "gemm": "GEMM only", "quant": "quantizer"}
+OP_KIND = {"linear": "full linear", "gemm": "GEMM only", "quant": "quantizer",
+           "nvfp4": "NVFP4 W4A16 linear"}
 
 
 def first_line(exc: BaseException, limit: int = 200) -> str:
@@ -65,7 +66,8 @@ def band_of(op: str, m: int) -> str:
 class Record:
     op: str
     impl: str            # "ours", "ours@<row>" (forced row), a peer name, or "yardstick:<name>"
-                         # (same bytes, not the same op: shown and summarized, never a "best peer")
+                         # (not the same op: the same bytes, or another format of the same weight;
+                         # shown and summarized, never a "best peer")
     shape: str
     m: int
     n: int
@@ -319,7 +321,8 @@ class Report:
                       ceilings=asdict(self.ceilings),
                       args={k: str(v) for k, v in self.argv.items()},
                       notes=self.notes, **environment())
-        return dict(header=header, records=records, skipped=self.skips)
+        # The geomean lines too, so that a committed result carries its summary as printed.
+        return dict(header=header, records=records, skipped=self.skips, geomean=self.geomean_lines())
 
     def write_json(self, path: Path) -> None:
         dump_json(self.to_json(), path)

@@ -177,6 +177,21 @@ def test_bench_dry_run_of_the_real_script(tmp_path, fresh_benchmarks_package):
     assert out.is_file() and plot.is_file()
 
 
+def test_bench_nvfp4_is_wired(tmp_path, fresh_benchmarks_package):
+    """`blockfp8 bench --op nvfp4` runs benchmarks/bench_nvfp4.py (and so does a bare `blockfp8 bench`);
+    every --op names a script of this checkout. The dry run needs no GPU."""
+    assert cli.BENCH_RUNS["nvfp4"] == ("bench_nvfp4", ()) and ("nvfp4", "bench_nvfp4", ()) in cli.BENCH_ALL
+    for stem, _ in cli.BENCH_RUNS.values():
+        assert (cli.benchmarks_dir() / f"{stem}.py").is_file(), stem
+    out, plot = tmp_path / "nvfp4.json", tmp_path / "nvfp4.png"
+    assert cli.main(["bench", "--op", "nvfp4", "--quick", "--dry-run", "--m", "1", "4096", "--json", str(out),
+                     "--plot", str(plot)]) == 0
+    data = json.loads(out.read_text())
+    assert data["header"]["script"] == "bench_nvfp4" and data["geomean"]
+    assert {(r["op"], r["m"]) for r in data["records"]} == {("nvfp4", 1), ("nvfp4", 4096)}
+    assert {r["impl"] for r in data["records"]} == {"ours", "marlin_fp4", "bf16", "yardstick:ours_fp8"}
+
+
 def test_demo_passes_arguments_through(monkeypatch, tmp_path):
     seen = []
     fake = types.ModuleType("vllm_blockfp8.demo")

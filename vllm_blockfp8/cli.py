@@ -19,9 +19,11 @@ QUANT_FORMATS = ("fp8-block", "nvfp4")
 # --op -> (script stem in benchmarks/, its fixed arguments); bench_gemm times the GEMM alone and the
 # full linear (activation quantization included).
 BENCH_RUNS = {"gemv": ("bench_gemv", ()), "gemm": ("bench_gemm", ("--ops", "gemm")),
-              "linear": ("bench_gemm", ("--ops", "linear")), "quant": ("bench_quant", ())}
+              "linear": ("bench_gemm", ("--ops", "linear")), "quant": ("bench_quant", ()),
+              "nvfp4": ("bench_nvfp4", ())}
 # Without --op: every script once, bench_gemm with its default (GEMM and full linear).
-BENCH_ALL = (("gemv", "bench_gemv", ()), ("gemm", "bench_gemm", ()), ("quant", "bench_quant", ()))
+BENCH_ALL = (("gemv", "bench_gemv", ()), ("gemm", "bench_gemm", ()), ("quant", "bench_quant", ()),
+             ("nvfp4", "bench_nvfp4", ()))
 
 
 class CliError(Exception):
@@ -59,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "after '--' go to the script unchanged (e.g. -- --rows --peers none).")
     b.add_argument("--op", choices=tuple(BENCH_RUNS), default=None,
                    help="gemv: decode full linear; gemm: W8A8 GEMM alone; linear: full linear at mid/prefill M; "
-                   "quant: activation quantizer (default: every script, gemm with linear)")
+                   "quant: activation quantizer; nvfp4: NVFP4 weight-only linear, decode to prefill M, beside vLLM's "
+                   "Marlin FP4, cuBLAS bf16 and our FP8 (default: every script, gemm with linear)")
     b.add_argument("--shapes", nargs="+", metavar="SHAPE", help="shape names or sets (vllm_blockfp8.shapes)")
     b.add_argument("--m", nargs="+", type=int, metavar="M", help="token counts")
     b.add_argument("--json", metavar="F", help="write results as JSON (suffixed by op when several run)")

@@ -58,6 +58,7 @@ def main(argv=None) -> int:
     fields = {f.name for f in dataclasses.fields(Record)}
     for r in out["records"]:
         report.records.append(Record(**{k: v for k, v in r.items() if k in fields}))
+    out["geomean"] = report.geomean_lines()  # the merged records' summary, not either run's
     dump_json(out, args.json)
     why = report.plot(args.plot)
     print(f"{len(out['records'])} records ({len(head.get('replaced', []))} points replaced) -> {args.json}"

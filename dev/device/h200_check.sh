@@ -9,6 +9,8 @@
 #   sanitize     compute-sanitizer memcheck + racecheck over every kernel row
 #   bench_quant  bench_gemv  bench_gemm  bench_gemv_rows  bench_gemm_rows   benchmark scripts
 #   bench_crossover  every linear row forced at M = 8..64: the measured GEMV/GEMM crossover
+#   bench_nvfp4  NVFP4 W4A16 linear at M = 1..8192 beside vLLM's Marlin FP4 (the vLLM bundle sourced, as
+#                for demo), cuBLAS bf16 and our FP8; CAP_NVFP4 (540 s), NVFP4_ARGS (e.g. --rows, --m 1,16)
 #   bench_gemm_only  bench_linear_prefill   bench_gemm split in two (GEMM alone / full linear), own JSON;
 #                    GEMM_SHAPES picks the shapes (default benchmark_set; e.g. seeds)
 #   racecheck_gemm   racecheck once per GEMM row and case (ties a hazard report to one launch)
@@ -107,6 +109,8 @@ for s in "$@"; do
     bench_gemv) stage bench_gemv 120 python3 -m benchmarks.bench_gemv --json benchmarks/results/bench_gemv.json.gz ;;
     bench_gemv_rows) stage bench_gemv_rows 240 python3 -m benchmarks.bench_gemv --rows --peers none \
                        --json benchmarks/results/bench_gemv_rows.json.gz --plot benchmarks/results/bench_gemv_rows.png ;;
+    bench_nvfp4) stage bench_nvfp4 ${CAP_NVFP4:-540} python3 -m benchmarks.bench_nvfp4 ${NVFP4_ARGS:-} \
+                   --json benchmarks/results/bench_nvfp4.json.gz --plot benchmarks/results/bench_nvfp4.png ;;
     bench_gemm) stage bench_gemm 420 python3 -m benchmarks.bench_gemm ;;  # 15 shapes x 6 peers: 150 s did 5
     bench_gemm_only) stage bench_gemm_only ${CAP_GEMM_ONLY:-420} python3 -m benchmarks.bench_gemm --ops gemm \
                        --shapes "${GEMM_SHAPES:-benchmark_set}" --json benchmarks/results/bench_gemm_only.json.gz --plot benchmarks/results/bench_gemm_only.png ;;
