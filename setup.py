@@ -2,9 +2,10 @@
 
 * Generic kernels (quantizer, FP8 GEMV, NVFP4 GEMV and W4A16 GEMM) are compiled for every arch in TORCH_CUDA_ARCH_LIST
   (default ``8.9;9.0a;12.0a``), plus PTX of the lowest arch so newer GPUs can JIT them.
-* Arch-specific kernels (``csrc/gemm/sm90*.cu``: CUTLASS wgmma) are compiled only for their arch,
-  by this file, with at most BLOCKFP8_ARCH_JOBS (default 2) nvcc processes at once: each CUTLASS
-  translation unit takes ~2.5 min and 4-5 GB on 2 cores.
+* Arch-specific kernels (``csrc/gemm/sm90/``: CUTLASS wgmma) are compiled only for their arch, by this
+  file, with at most BLOCKFP8_ARCH_JOBS (default 2) nvcc processes at once: each CUTLASS translation
+  unit takes ~2.5 min and 4-5 GB on 2 cores. One unit per CUTLASS row is generated here, at build
+  time, from the arch's one row list (``gemm/sm90/table.h``); nothing is compiled at run time.
 * Without nvcc the package installs as pure Python (the reference backend serves every op).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,15 +25,31 @@ from setuptools import setup
 ROOT = Path(__file__).parent.resolve()
 CSRC = Path("vllm_blockfp8") / "csrc"
 DEFAULT_ARCHS = "8.9;9.0a;12.0a"
-# Arch-specific translation units: compiled only when their arch is in the list.
-ARCH_SOURCES = {"9.0a": "gemm/sm90*.cu"}
-ARCH_DEFINES = {"9.0a": "BLOCKFP8_HAS_SM90_GEMM"}
-# Flags for an arch's own units only. CUTLASS_GDC_ENABLED turns CUTLASS's grid-dependency control on in
-# the SM90 kernels (griddepcontrol.wait before the producers' first global read), which programmatic
-# dependent launch needs; sm90_kernel.cuh adds the scale-copy warp's wait. Not
-# CUTLASS_ENABLE_GDC_FOR_SM90, which also adds the consumers' trigger: with it CUTLASS 4.2's stream-K
-# scheduler does not compile (its const is_last_tile binds a member to a non-const reference).
-ARCH_UNIT_FLAGS = {"9.0a": ["-DCUTLASS_GDC_ENABLED"]}
+# Arch-specific code, compiled only when its arch is in the list:
+#   table        the arch's one row list; each row whose kernel is `generate` gets a generated unit that
+#                includes `unit_header` and expands `unit_macro("<row name>")` (one unit per row so that
+#                the build compiles the rows in parallel; the unit is named after the row, as its ptxas log)
+#   kernels      hand-written kernel units of the arch
+#   host         host-only files of the arch (compiled into the extension with the generic host files)
+#   define       set for every file when the arch is built
+#   unit_flags   flags for the arch's own units only. CUTLASS_GDC_ENABLED turns CUTLASS's grid-dependency
+#                control on in the SM90 kernels (griddepcontrol.wait before the producers' first global read),
+#                which programmatic dependent launch needs; cutlass_gemm.cuh adds the scale-copy warp's wait.
+#                Not CUTLASS_ENABLE_GDC_FOR_SM90, which also adds the consumers' trigger: with it CUTLASS 4.2's
+#                stream-K scheduler does not compile (its const is_last_tile binds a member to a non-const
+#                reference).
+ARCHS = {
+    "9.0a": {
+        "table": "gemm/sm90/table.h",
+        "generate": "cutlass_kernel",
+        "unit_header": "gemm/sm90/kernels/cutlass_gemm.cuh",
+        "unit_macro": "BLOCKFP8_SM90_ROW_UNIT",
+        "kernels": "gemm/sm90/kernels/*.cu",
+        "host": ["gemm/sm90/plan.cpp", "gemm/sm90/dispatch.cpp"],
+        "define": "BLOCKFP8_HAS_SM90_GEMM",
+        "unit_flags": ["-DCUTLASS_GDC_ENABLED"],
+    },
+}
 # TORCH_TARGET_VERSION 2.11: use only stable-ABI calls that torch 2.11 provides, so this build
 # loads on every later torch too.
 STABLE_ABI_FLAGS = ["-DTORCH_TARGET_VERSION=0x020b000000000000", "-DUSE_CUDA"]
@@ -67,6 +85,35 @@ def _gencode(arch: str, ptx: bool = False) -> list[str]:
     return flags
 
 
+def _table_rows(table: Path) -> list[tuple[str, str]]:
+    """(row name, kernel kind) of each row of an arch's row list, in table order: a row opens with
+    `{kRowId, {"name", ...` and names its kernel by a builder call `<kind>()` on a line of its own."""
+    text = table.read_text()
+    names = re.findall(r'^\s*\{k\w+,\s*\{"(\w+)"', text, re.M)
+    kinds = re.findall(r"^\s+(\w+_kernel)\(\)", text, re.M)
+    if not names or len(names) != len(kinds):
+        raise RuntimeError(f"{table}: could not read the row list ({len(names)} names, {len(kinds)} kernels)")
+    return list(zip(names, kinds))
+
+
+def _generate_units(arch: str, out_dir: Path) -> list[str]:
+    """One unit per generated row of the arch's table (rewritten only when its text changes, so an unchanged
+    unit keeps its object)."""
+    spec = ARCHS[arch]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    units = []
+    for name, kind in _table_rows(ROOT / CSRC / spec["table"]):
+        if kind != spec["generate"]:
+            continue
+        unit = out_dir / f"{name}.cu"
+        text = (f"// Generated by setup.py from {spec['table']} (row {name}); not part of the source tree.\n"
+                f'#include "{spec["unit_header"]}"\n\n{spec["unit_macro"]}("{name}")\n')
+        if not unit.exists() or unit.read_text() != text:
+            unit.write_text(text)
+        units.append(str(unit))
+    return units
+
+
 def _cutlass_include() -> str:
     import importlib.util
 
@@ -92,11 +139,13 @@ def _ext_modules():
 
     archs = [a.strip() for a in os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS).replace(" ", ";").split(";")
              if a.strip()]
-    arch_units = {a: sorted(glob.glob(str(CSRC / pattern))) for a, pattern in ARCH_SOURCES.items() if a in archs}
-    defines = [f"-D{ARCH_DEFINES[a]}" for a, units in arch_units.items() if units]
+    built = [a for a in ARCHS if a in archs]
+    defines = [f"-D{ARCHS[a]['define']}" for a in built]
     generic = ([str(CSRC / "quant" / "quant.cu")] + sorted(glob.glob(str(CSRC / "gemv" / "*.cu")))
                + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))))
-    host = [str(CSRC / "ops.cpp"), str(CSRC / "linear" / "linear.cpp")]
+    # options.cpp in every build: the quantizer follows the SM90 launch mode wherever it runs.
+    host = [str(CSRC / f) for f in ("ops.cpp", "host_queries.cpp", "linear/linear.cpp", "gemm/sm90/options.cpp")]
+    host += [str(CSRC / f) for a in built for f in ARCHS[a]["host"]]
     nvcc_common = ["-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
     generic_gencode = []
     for i, arch in enumerate(sorted(archs, key=lambda a: float(a.rstrip("a")))):
@@ -123,12 +172,14 @@ def _ext_modules():
             headers = [Path(p) for ext in ("h", "cuh") for p in glob.glob(str(ROOT / CSRC / "**" / f"*.{ext}"), recursive=True)]
             newest_header = max((h.stat().st_mtime for h in headers), default=0.0)
             jobs = []
-            for arch, units in arch_units.items():
+            for arch in built:
+                units = _generate_units(arch, Path(self.build_temp) / "generated_units" / arch.replace(".", ""))
+                units += sorted(glob.glob(str(ROOT / CSRC / ARCHS[arch]["kernels"])))
                 for src in units:
                     obj = out_dir / (Path(src).stem + f".sm{arch.replace('.', '')}.o")
-                    cmd = [nvcc, "-c", str(ROOT / src), "-o", str(obj), *nvcc_common, *_gencode(arch),
+                    cmd = [nvcc, "-c", str(Path(src).resolve()), "-o", str(obj), *nvcc_common, *_gencode(arch),
                            "-Xcompiler", "-fPIC", "-I", _cutlass_include(), "-I", str(ROOT / CSRC),
-                           "-Xptxas", "-v", *defines, *ARCH_UNIT_FLAGS.get(arch, [])]
+                           "-Xptxas", "-v", *defines, *ARCHS[arch]["unit_flags"]]
                     fresh = obj.exists() and obj.stat().st_mtime > max(Path(src).stat().st_mtime, newest_header)
                     jobs.append((src, obj, cmd, fresh))
             todo = [j for j in jobs if not j[3]]

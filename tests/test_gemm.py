@@ -1,4 +1,4 @@
-"""The SM90 W8A8 block-scaled FP8 GEMM (csrc/gemm/sm90.cu) against the float64 reference.
+"""The SM90 W8A8 block-scaled FP8 GEMM (csrc/gemm/sm90/) against the float64 reference.
 
 Numerics. The kernel accumulates each 128-deep K block on the FP8 tensor cores, promotes it into
 an fp32 accumulator with the two fp32 scales, and rounds once to the output dtype. The reference
@@ -166,7 +166,7 @@ def test_long_k_all_positive(row, m, out_dtype):
 
 
 TOK64_ROW = "sm90_tok64_fitn"
-TOK64_WIDTHS = (16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192)  # csrc/gemm/sm90_tok64.h, kTileWidths
+TOK64_WIDTHS = (16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192)  # csrc/gemm/sm90/kernels/tok64.h, kTileWidths
 
 
 def _tok64_problem(width: int) -> tuple[int, int]:
@@ -235,7 +235,7 @@ K_BLOCK_CASES = [
 @pytest.mark.parametrize("row", ROWS)
 def test_k_block_counts(row, m, n, k, positive, out_dtype):
     """1, 2, 3, 9, 16, 56, 96 and 128 K blocks on every row: the overlapped consumer loop
-    (sm90_overlap_mainloop.cuh) has separate paths for an odd and an even block count and for a
+    (gemm/sm90/kernels/overlap_mainloop.cuh) has separate paths for an odd and an even block count and for a
     single block, the pipeline's stage ring wraps at different points (K = 128 is only here), the
     swap rows' stream-K units and their even and uneven K splits hand it partial tiles;
     ragged last M tiles at 1, 2 and 3 blocks.
@@ -248,7 +248,7 @@ def test_k_block_counts(row, m, n, k, positive, out_dtype):
 # CUTLASS split-K where no slice count divides the K blocks) and the plain 128x64 swap row (CUTLASS
 # split-K).
 SPLIT_K_ROWS = ["sm90_swapab_128x32x128", "sm90_swapab_128x64x128_ovl_slicek", "sm90_swapab_128x64x128_ovl"]
-SPLIT_K_PLANS = {  # (row, m, n, k): the plan sm90_kernel.cuh's rules give at 132 SMs
+SPLIT_K_PLANS = {  # (row, m, n, k): the plan gemm/sm90/plan.cpp gives at 132 SMs
     ("sm90_swapab_128x32x128", 64, 2112, 7168): "K slices x2",
     ("sm90_swapab_128x32x128", 40, 4096, 7168): "K slices x2",
     ("sm90_swapab_128x32x128", 32, 2112, 7552): "split-K x3",
@@ -295,7 +295,7 @@ def test_stream_k_tail_is_reproducible(row, m, n, k):
     _assert_same_bits_twice(row, m, n, k, "stream-K", seed=13)
 
 
-# The row on the issue-ahead kernel (sm90_issue_ahead_kernel.cuh) and a row on CUTLASS's kernel with the same
+# The row on the issue-ahead kernel (gemm/sm90/kernels/issue_ahead_kernel.cuh) and a row on CUTLASS's kernel with the same
 # arithmetic: the `_sk` row runs CUTLASS's kernel with the same consumer loop and, where its stream-K rule does not
 # fire (K < 48 blocks), data-parallel: per tile the same wgmma, scale products and FFMAs, one rounding to the output.
 ISSUE_AHEAD_ROW = "sm90_coop_128x128x128_c2x1_ovl_epi64x3"

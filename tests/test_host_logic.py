@@ -98,7 +98,7 @@ def test_launch_mode_switch_round_trips_and_rejects_unknown_modes():
 
 @pytest.mark.skipif("9.0a" not in ops.build_info()["archs"], reason="the SM90 GEMM is not in this build")
 def test_launch_mode_1_launches_programmatically_only_at_short_k():
-    """Mode 1 stops at K = 4096 (ops.cpp kPdlMaxK: past it an early launch cost long-K GEMMs up to 1.25x);
+    """Mode 1 stops at K = 4096 (gemm/sm90/options.cpp kPdlMaxK: past it an early launch cost long-K GEMMs up to 1.25x);
     mode gemm launches so at every K, mode 0 nowhere."""
     want = {"1": (True, True, False), "gemm": (True, True, True), "0": (False, False, False)}
     for mode, expected in want.items():
@@ -134,7 +134,7 @@ def test_sm90_tok64_width_rule_at_132_sms():
     assert ops.gemm_k_plan(row, 128, 2048, 4096, 66)["tile_n"] == 64, "half the SMs: 64 tiles of 64 in one wave"
 
 
-GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
+GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), gemm/sm90/table.h order
     (1, 32, 4096, 7168, "K slices x4"),  # CUTLASS would split 3 ways here: slices replace it
     (1, 64, 4096, 7168, "K slices x2"),
     (1, 32, 2112, 7552, "split-K x3"),  # 59 K blocks: no slice count divides them
@@ -168,7 +168,7 @@ GEMM_PLANS_AT_132_SMS = [  # (row index, m, n, k, plan), sm90.cu's table order
 @pytest.mark.skipif("9.0a" not in ops.build_info().get("archs", []) if ops.HAS_CUDA_KERNELS else True,
                     reason="the SM90 GEMM is not in this build (TORCH_CUDA_ARCH_LIST without 9.0a)")
 def test_sm90_gemm_k_plan_at_132_sms():
-    """sm90_kernel.cuh's K rules (stream-K, CUTLASS split-K, K slices) at the H200's SM count,
+    """gemm/sm90/plan.cpp's K rules (stream-K, CUTLASS split-K, K slices) at the H200's SM count,
     host logic only; the numbers in the comments are gemm/NOTES.md's (seventh session)."""
     got = [(row, m, n, k, ops.gemm_k_plan(row, m, n, k, 132)["plan"]) for row, m, n, k, _ in GEMM_PLANS_AT_132_SMS]
     assert got == GEMM_PLANS_AT_132_SMS
@@ -196,7 +196,7 @@ def test_sm90_gemm_k_plan_at_132_sms():
         ops.gemm_k_plan(0, 32, 4096, 4000, 132)
 
 
-GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): sm90.cu's table with its selection preconditions
+GEMM_SELECTION_AT_132_SMS = [  # (m, n, k, row): gemm/sm90/plan.cpp's rules
     (32, 4096, 4096, "sm90_swapab_64x32x128_pp_ovl"),  # 64 tiles of 64 rows: one wave from 64 up
     (20, 8192, 2048, "sm90_swapab_64x32x128_pp_ovl"),  # 128 tiles
     (64, 4096, 7168, "sm90_swapab_64x32x128_pp_ovl"),  # 2 x 64 tiles
@@ -304,7 +304,7 @@ def test_sm90_gemm_selection_at_132_sms():
     assert ops.gemm_k_plan(-1, 112, 11008, 4096, 132)["row"] == "sm90_tok64_fitn"
 
 
-GEMM_ORDERS_AT_132_SMS = [  # (m, n, k, order): sm90.cu's default order with sm90_kernel.cuh's swizzle fit
+GEMM_ORDERS_AT_132_SMS = [  # (m, n, k, order): plan.cpp's default order and swizzle fit
     (1024, 4096, 4096, "heuristic:1"),  # below M = 2048: CUTLASS's defaults
     (8192, 7168, 16384, "along_m:8"),  # 64 x 56 tiles: no padding at 8
     (6000, 6144, 4096, "along_m:8"),  # 47 token tiles, 48 in 2x1 clusters: a multiple of 16

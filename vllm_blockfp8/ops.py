@@ -67,7 +67,8 @@ SM90_ENV_SWITCHES = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n")
                   "BLOCKFP8_SM90_SPLITS": ("1", "2", "3", "4", "6", "8"),
                   "BLOCKFP8_SM90_REDUCTION": ("deterministic", "nondeterministic"),
                   "BLOCKFP8_SM90_PDL": ("0", "1", "gemm"),
-                  "BLOCKFP8_SM90_TILE_N": ("16", "32", "48", "64", "80", "96", "112", "128", "144", "160", "192")}
+                  "BLOCKFP8_SM90_TILE_N": ("16", "32", "48", "64", "80", "96", "112", "128", "144", "160", "192"),
+                  "BLOCKFP8_SM90_NARROW_SPLIT": ("0", "1")}
 
 
 def check_sm90_env(environ=None) -> None:

@@ -17,8 +17,6 @@
 #   bench_gemm_order GEMM only at M = 2048..8192 under each BLOCKFP8_SM90_RASTER:SWIZZLE in GEMM_ORDERS
 #   tests_gemm_order the GPU GEMM tests under each setting of GEMM_ORDERS at every M (ragged tile grids)
 #   gemv_probe   dev/probes/gemv_read_probe.cu: the GEMV's weight-load pattern alone vs a plain stream
-#   tok64_probe  dev/probes/tok64_split_probe.cu: the 64-token-tile row's data path and loop timed apart (compiles
-#                ~88 kernels; 4 min on 2 cores)
 #   tma_probe    dev/probes/tma_ingress_probe.cu: TMA ingress per SM by source and active SMs; wgmma against a
 #                concurrent TMA writer (does the writer take shared-memory bandwidth from wgmma?)
 #   wgmma_probe  dev/probes/wgmma_rate_probe.cu: cycles per FP8 wgmma by N, chains, issue order, warpgroups
@@ -145,10 +143,6 @@ for s in "$@"; do
     tma_probe) stage tma_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include dev/probes/tma_ingress_probe.cu \
                   -o /tmp/tma_ingress_probe && /tmp/tma_ingress_probe benchmarks/results/tma_ingress_probe.json' ;;
-    tok64_probe) stage tok64_probe 300 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
-                  --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include -I vllm_blockfp8/csrc \
-                  dev/probes/tok64_split_probe.cu -o /tmp/tok64_split_probe \
-                  && /tmp/tok64_split_probe benchmarks/results/tok64_split_probe.json' ;;
     ab_gemm)  # candidate rows against the row they would replace, both run orders (gemm/NOTES.md)
       stage ab_gemm ${CAP_AB:-300} bash -c 'set -- ${GEMM_AB:?set GEMM_AB}; n=$#; i=0; for spec in "$@"; do
         i=$((i + 1)); IFS=@ read -r rows ms shp <<< "$spec"; rev=$(echo "$rows" | tr , "\n" | tac | paste -sd,)

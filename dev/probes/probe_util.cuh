@@ -1,5 +1,5 @@
-// Helpers shared by the clock64 probes (dev/probes/wgmma_rate_probe.cu, tma_ingress_probe.cu,
-// tok64_split_probe.cu): each probe kernel writes its CTA's cycle count to cycles[blockIdx.x]; the
+// Helpers shared by the clock64 probes (dev/probes/wgmma_rate_probe.cu, tma_ingress_probe.cu):
+// each probe kernel writes its CTA's cycle count to cycles[blockIdx.x]; the
 // slowest CTA is the time. keep_live keeps the measured work from being compiled away.
 #pragma once
 

@@ -1,4 +1,4 @@
-// W8A8 block-scaled FP8 GEMM: the C++ boundary between ops.cpp and the arch kernels.
+// W8A8 block-scaled FP8 GEMM: the family boundary between ops.cpp and the arch code (csrc/gemm/<arch>/).
 //
 //   D[m, n] = sum_kb (sum_{k in block kb} A[m, k] * B[n, k]) * SFA[m, kb] * SFB[n / 128, kb]
 //
@@ -12,7 +12,8 @@
 // Scales multiply to dequantize and are used exactly as given (no power-of-two rounding).
 //
 // Supported: any m >= 1, n % 8 == 0 (16-byte rows for the TMA store of D), k % 128 == 0.
-// No torch types here: ops.cpp converts tensors into a Problem.
+// No torch types here: ops.cpp converts tensors into a Problem. One call: plan() once (which row, how it runs along
+// K, in which tile order, how it launches), then workspace_bytes() and launch() with that plan.
 #pragma once
 
 #include <cstddef>
@@ -34,68 +35,54 @@ struct Problem {
   int64_t m = 0, n = 0, k = 0;
   bool out_bf16 = true;            // false: fp16
   int sm_count = 0;                // multiprocessors of the device (> 0; sizes persistent grids)
-  // Persistent tile order: raster -1 = the arch file's default for this problem (sm90.cu), 0 =
-  // CUTLASS's heuristic, 1 = along M, 2 = along N; max_swizzle 1, 2, 4 or 8 (read when raster >= 0).
-  // ops.cpp sets them only from BLOCKFP8_SM90_RASTER / _SWIZZLE (benchmark switches), which CUTLASS then
-  // takes as given. fit_swizzle (set by sm90.cu for its default order) lowers the swizzle until CUTLASS
-  // pads the tile grid no further than whole clusters (sm90_kernel.cuh, launch_swizzle).
-  int raster = -1;
-  int max_swizzle = 1;
-  bool fit_swizzle = false;
-  // Benchmark switches set by ops.cpp from BLOCKFP8_SM90_SPLITS / BLOCKFP8_SM90_REDUCTION: on split-K
-  // capable rows (Config::kSplitK) splits > 0 replaces the row's split rule (1 = never split; capped at
-  // the K blocks); on every stream-K-scheduler row nondeterministic_reduction lets the partial tiles
-  // (split-K or stream-K) add in arrival order.
-  int splits = 0;
-  bool nondeterministic_reduction = false;
-  // Benchmark switch BLOCKFP8_SM90_TILE_N (ops.cpp): the weight-tile width of the 64-token-tile row
-  // (sm90_tok64.h's kTileWidths) in place of its per-problem rule; 0 = the rule.
-  int tile_n = 0;
-  // Programmatic dependent launch (ops.cpp: BLOCKFP8_SM90_PDL, by default where K <= 4096): the GEMM may launch
-  // before the previous kernel on the stream ends (where that kernel triggers it, as the quantizer
-  // does); its CTAs set up (barriers, descriptors) and wait in griddepcontrol.wait before their first
-  // global read (sm90_kernel.cuh).
-  bool pdl = false;
-  void* workspace = nullptr;       // >= workspace_bytes(row, problem) bytes, 16-byte aligned
+  void* workspace = nullptr;       // >= workspace_bytes(problem, plan) bytes, 16-byte aligned
   size_t workspace_size = 0;
 };
 
-// Rows of this arch's tile table, in selection order (selection stops at the first row unbounded in m
-// that carries no selection precondition; rows after it are forced-only candidates).
-int num_rows();
-const TileRow& row(int i);
-
-// nullptr if row i can run p, else a sentence saying why not (static storage, never freed).
-const char* rejects(int i, const Problem& p);
-
-// First row with max_m >= p.m that does not reject p and whose selection precondition (a speed
-// rule some rows carry, e.g. "its tiles fill one wave") holds; -1 if none.
-int select(const Problem& p);
-
-// Device scratch that launch(i, p) needs (stream-K partial tiles and their flags); 0 when none.
-// Depends on m, n, k, sm_count and the tile order only, so the caller can size it before filling
-// the pointers.
-// launch() zeroes what it needs on the stream itself, so the buffer may come uninitialized.
-size_t workspace_bytes(int i, const Problem& p);
-
-// How row i runs p along K: whole (data-parallel), CUTLASS's stream-K, CUTLASS's split-K into
-// `splits` partial tiles, or `slices` K slices run as one batched launch plus a sum kernel; and the
-// persistent tile order it launches with (raster 0 heuristic / 1 along M / 2 along N, the swizzle
-// CUTLASS ends up using). Host logic only (sizes and sm_count; the benchmark switches in p
-// included), for logs and tests.
-struct KPlan {
+// How one call runs (sm90/plan.cpp computes it; host logic only, from the sizes, sm_count and the benchmark switches).
+struct Plan {
+  int row = -1;  // the tile-table row; -1: no row takes the problem
+  // Along K: whole (data-parallel), CUTLASS's stream-K, CUTLASS's split-K into `splits` partial tiles, or `slices`
+  // K slices run as one batched launch plus a sum kernel.
   bool stream_k = false;
   int splits = 1;
   int slices = 1;
+  // Persistent tile order: raster 0 = CUTLASS's heuristic, 1 = along M, 2 = along N; the swizzle CUTLASS ends up
+  // using.
   int raster = 0;
   int swizzle = 1;
-  int tile_n = 0;  // the kernel's N tile where the row picks it per problem (sm90_tok64.h), else 0
+  int tile_n = 0;  // the kernel's N tile where the row picks it per problem (the 64-token-tile rows), else 0
+  bool nondeterministic_reduction = false;  // partial tiles add in arrival order (a benchmark switch)
+  bool pdl = false;  // programmatic dependent launch of the GEMM (and of its K-slice sum)
 };
-KPlan k_plan(int i, const Problem& p);
 
-// Enqueues row i on stream s. Never synchronizes and never allocates, so it can be captured in a
-// CUDA graph. Returns cudaErrorInvalidValue if rejects(i, p) != nullptr or the workspace is too
-// small; otherwise the launch status.
-cudaError_t launch(int i, const Problem& p, cudaStream_t s);
+// Rows of this arch's tile table, in table order.
+int num_rows();
+const TileRow& row(int i);
+
+// nullptr if the GEMM can run p (every row can: the rows differ in speed only), else a sentence saying why not
+// (static storage). Pointers are checked for alignment only, so shape-only problems (null pointers) can be asked.
+const char* rejects(const Problem& p);
+
+// The plan for p: the row the planner chooses (row = -1 where rejects(p) != nullptr), or `forced_row` (>= 0: run as
+// given; the caller checks rejects(p) first), and how that row runs p. row = -1 for a forced_row out of range.
+Plan plan(const Problem& p, int forced_row = -1);
+
+// Device scratch that launch(p, plan) needs (stream-K partial tiles and their flags, K-slice partials); 0 when
+// none. Depends on the sizes and the plan only, so the caller can size it before filling the pointers. launch()
+// zeroes what it needs on the stream itself, so the buffer may come uninitialized.
+size_t workspace_bytes(const Problem& p, const Plan& plan);
+
+// Enqueues plan.row on stream s as planned. Never synchronizes and never allocates, so it can be captured in a
+// CUDA graph. cudaErrorInvalidValue if rejects(p) != nullptr or the workspace is too small; otherwise the launch
+// status.
+cudaError_t launch(const Problem& p, const Plan& plan, cudaStream_t s);
+
+// The SM90 launch mode (BLOCKFP8_SM90_PDL, sm90/options.cpp; read in every build, since the quantizer follows it):
+// whether the activation quantizer before a GEMM over this K triggers the GEMM's early launch.
+bool quant_triggers(int64_t k);
+// Sets the launch mode ("0", "1" or "gemm") for this process; returns the previous mode's name, or nullptr (the
+// mode unchanged) for an unknown name.
+const char* set_pdl_mode(const char* mode);
 
 }  // namespace blockfp8::gemm

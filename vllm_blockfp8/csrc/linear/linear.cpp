@@ -66,7 +66,8 @@ const char* rejects(int cc, int i, const Shape& s) {
 #ifdef BLOCKFP8_HAS_SM90_GEMM
       if (cc != 90) return "the W8A8 GEMM is built for SM90 only";
       if (s.k % 128 != 0) return "W8A8 needs K % 128 == 0 (1x128 activation groups)";
-      return gemm::select(gemm_shape(s)) >= 0 ? nullptr : "no W8A8 GEMM row takes this shape";
+      // Every GEMM row takes what the GEMM accepts; which one runs is planned once, by the GEMM op itself.
+      return gemm::rejects(gemm_shape(s)) == nullptr ? nullptr : "no W8A8 GEMM row takes this shape";
 #else
       return "the extension was built without the SM90 W8A8 GEMM";
 #endif

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
 per_token_group_kernel(const T* __restrict__ x, uint8_t* __restrict__ q, float* __restrict__ s,
                        int64_t m, int64_t k, int64_t x_stride, int64_t s_ld, bool trigger_dependents) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // A GEMM launched after this one with programmatic dependent launch (sm90_kernel.cuh) may start
+  // A GEMM launched after this one with programmatic dependent launch (gemm/sm90/kernels/cutlass_gemm.cuh) may start
   // setting up now; it waits for this grid to end before it reads q and s.
   if (trigger_dependents) asm volatile("griddepcontrol.launch_dependents;");
 #endif

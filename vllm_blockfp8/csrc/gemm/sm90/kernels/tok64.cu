@@ -1,11 +1,11 @@
 // SM90 (sm_90a only) W8A8 block-scaled FP8 GEMM on 64-token tiles with one math warpgroup: tile-table
-// rows sm90_tok64_fitn (M <= 128) and sm90_tok64_fitn_narrow (M > 256, narrow layers) of sm90.cu (bf16 and
-// fp16 out, every width in sm90_tok64.h's kTileWidths).
+// rows sm90_tok64_fitn (M <= 128) and sm90_tok64_fitn_narrow (M > 256, narrow layers) of gemm/sm90/table.h (bf16 and
+// fp16 out, every width in tok64.h's kTileWidths).
 //
 //   D[m, n] = sum_kb (A[m, kb-block] . B[n, kb-block]) * SFA[m, kb] * SFB[n / 128, kb]
 //
 // Layouts as gemm.h. Unswapped: 64 tokens on the wgmma M side, TileN weight rows on the N side, with
-// TileN (16..192) picked per problem so that the tiles fill about one wave (tile_n below). A tile may
+// TileN (16..192) picked per problem so that the tiles fill about one wave (plan.cpp, tok64_width). A tile may
 // straddle two 128-row weight scale blocks (e.g. 96 wide at n0 = 96), which CUTLASS's blockwise
 // collective cannot express (its scale tile is TileN / 128 blocks), hence this kernel of our own.
 // One producer warp first copies the tile's weight scales for every K block (one or two 128-row blocks) into
@@ -18,7 +18,7 @@
 // The K loop is unrolled by the stage count. Epilogue: from registers, each lane quad's words transposed by shuffles
 // so that a lane stores 16 bytes (8 at the last two 8-column groups where TileN % 32 == 16), masked at M and N.
 // Non-persistent 1-D grid, a weight tile's token tiles on consecutive CTAs; K walked whole (no split, no workspace).
-// Unsupported (gemm.h, sm90.cu reject it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
+// Unsupported (gemm.h; plan.cpp's rejects() refuses it first): k % 128 != 0, n % 8 != 0, misaligned pointers; bias.
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED  // one wgmma per K slice at N = 48 / 80 / 112 / 144 / 160 too
 
 #include <cuda.h>
@@ -36,7 +36,7 @@
 #include "cute/arch/mma_sm90.hpp"
 #include "cute/atom/mma_traits_sm90_gmma.hpp"
 #include "cutlass/arch/barrier.h"
-#include "sm90_tok64.h"
+#include "tok64.h"
 
 namespace blockfp8::gemm::sm90::tok64 {
 namespace {
@@ -422,7 +422,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // Lane q of a quad holds 2 columns of each 8-column group in two rows. Four groups transposed across the quad give
   // lane q group 4c + q whole: 16 bytes a lane, each warp store 8 rows x 64 bytes (whole 32-byte sectors, a quarter
-  // of the store instructions of 4 bytes a lane). n % 8 == 0 and d is 16-byte aligned (sm90.cu checks both), so a
+  // of the store instructions of 4 bytes a lane). n % 8 == 0 and d is 16-byte aligned (plan.cpp's rejects() checks both), so a
   // group is in bounds or out as a whole.
   constexpr int kQuads = T::kGroups / 4;
   CUTLASS_PRAGMA_UNROLL
@@ -484,7 +484,7 @@ bool encode(CUtensorMap* map, CUtensorMapDataType type, const void* base, uint64
 }
 
 template <int TileN, class Out, int kProbe = 0>
-cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
+cudaError_t launch_width(const Problem& p, bool pdl, cudaStream_t stream) {
   using T = Tile<TileN>;
   const uint64_t k_blocks = uint64_t(p.k) / kTileK;
   CUtensorMap a_map, b_map, a_scale_map;
@@ -494,7 +494,7 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
       !encode(&a_scale_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.a_scale, p.a_scale_ld, k_blocks, p.a_scale_ld * 4,
               kTokenTile, 1, CU_TENSOR_MAP_SWIZZLE_NONE))
     return cudaErrorInvalidValue;
-  const int64_t tiles = tile_count(p, TileN);
+  const int64_t tiles = (p.m + kTokenTile - 1) / kTokenTile * ((p.n + TileN - 1) / TileN);
   if (tiles > std::numeric_limits<int32_t>::max()) return cudaErrorInvalidValue;
   const auto kernel = tok64_gemm<TileN, Out, kProbe>;
   // Every launch, as CUTLASS's adapter does: the attribute belongs to the current device's context.
@@ -503,71 +503,43 @@ cudaError_t launch_width(const Problem& p, cudaStream_t stream) {
     return e;
   const int m_tiles = int((p.m + kTokenTile - 1) / kTokenTile);
   const Params params{p.b_scale, p.d, int(p.m), int(p.n), int(k_blocks), m_tiles};
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute programmatic;
+  programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  programmatic.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(tiles));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = T::kSmem;
   cfg.stream = stream;
-  cfg.attrs = &pdl;
-  cfg.numAttrs = p.pdl ? 1 : 0;
+  cfg.attrs = &programmatic;
+  cfg.numAttrs = pdl ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, a_map, b_map, a_scale_map, params);
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
 template <int TileN>
-cudaError_t launch_out(const Problem& p, cudaStream_t stream) {
-  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16>(p, stream) : launch_width<TileN, __half>(p, stream);
+cudaError_t launch_out(const Problem& p, bool pdl, cudaStream_t stream) {
+  return p.out_bf16 ? launch_width<TileN, __nv_bfloat16>(p, pdl, stream)
+                    : launch_width<TileN, __half>(p, pdl, stream);
 }
 
 }  // namespace
 
-int64_t tile_count(const Problem& p, int width) {
-  return ((p.m + kTokenTile - 1) / kTokenTile) * ((p.n + width - 1) / width);
-}
-
-// The width whose tiles take the fewest waves times bytes a CTA loads per K block ((64 + width) x 128):
-// each SM's TMA ingress is the limit (~50-64 B/clk, gemm/NOTES.md fourteenth session), so a wave costs
-// its CTAs' bytes; ties go to the wider tile (fewer CTAs read the token tile). Problem::tile_n (the
-// BLOCKFP8_SM90_TILE_N switch) replaces the rule.
-int tile_n(const Problem& p) {
-  for (int w : kTileWidths)
-    if (p.tile_n == w) return w;
-  int best = kTileWidths[0];
-  int64_t best_cost = INT64_MAX;
-  for (int w : kTileWidths) {
-    const int64_t waves = (tile_count(p, w) + p.sm_count - 1) / std::max(p.sm_count, 1);
-    const int64_t cost = waves * (kTokenTile + w);
-    if (cost <= best_cost) best = w, best_cost = cost;
-  }
-  return best;
-}
-
-cudaError_t launch(const Problem& p, cudaStream_t stream) {
-  switch (tile_n(p)) {
-    case 16: return launch_out<16>(p, stream);
-    case 32: return launch_out<32>(p, stream);
-    case 48: return launch_out<48>(p, stream);
-    case 64: return launch_out<64>(p, stream);
-    case 80: return launch_out<80>(p, stream);
-    case 96: return launch_out<96>(p, stream);
-    case 112: return launch_out<112>(p, stream);
-    case 128: return launch_out<128>(p, stream);
-    case 144: return launch_out<144>(p, stream);
-    case 160: return launch_out<160>(p, stream);
-    case 192: return launch_out<192>(p, stream);
+cudaError_t launch(const Problem& p, const Plan& plan, cudaStream_t stream) {
+  switch (plan.tile_n) {
+    case 16: return launch_out<16>(p, plan.pdl, stream);
+    case 32: return launch_out<32>(p, plan.pdl, stream);
+    case 48: return launch_out<48>(p, plan.pdl, stream);
+    case 64: return launch_out<64>(p, plan.pdl, stream);
+    case 80: return launch_out<80>(p, plan.pdl, stream);
+    case 96: return launch_out<96>(p, plan.pdl, stream);
+    case 112: return launch_out<112>(p, plan.pdl, stream);
+    case 128: return launch_out<128>(p, plan.pdl, stream);
+    case 144: return launch_out<144>(p, plan.pdl, stream);
+    case 160: return launch_out<160>(p, plan.pdl, stream);
+    case 192: return launch_out<192>(p, plan.pdl, stream);
     default: return cudaErrorInvalidValue;
   }
-}
-
-size_t workspace(const Problem&) { return 0; }
-
-KPlan plan(const Problem& p) {
-  KPlan out;
-  out.tile_n = tile_n(p);
-  return out;
 }
 
 }  // namespace blockfp8::gemm::sm90::tok64

@@ -8,10 +8,10 @@
 // to bf16/fp16 and stores through TMA. Out-of-range rows/columns of ragged tiles are zero-filled by TMA loads and
 // clipped by the TMA store; the weight-scale loader predicates the scale block past ceil(n / 128).
 // Rows with Config::kConsumer == kOverlap keep this collective but run the consumer loop of
-// sm90_overlap_mainloop.cuh (promotion of block k-1 under block k's wgmma; the same arithmetic),
+// overlap_mainloop.cuh (promotion of block k-1 under block k's wgmma; the same arithmetic),
 // unswapped or swapped, under either scheduler. Rows with Config::kIssueAhead (persistent, unswapped in the table)
 // run CUTLASS's kernel with the math warpgroups' order changed: each tile's first K block is issued before the
-// previous tile's epilogue (sm90_issue_ahead_kernel.cuh; the same bits).
+// previous tile's epilogue (issue_ahead_kernel.cuh; the same bits).
 //
 // Operand roles. Unswapped: kernel-A = activations (M = m), kernel-B = weights (N = n); scale
 // granularity (1, 128, 128): SFA per token and M-major, SFB per 128x128 block and K-major.
@@ -19,20 +19,21 @@
 // (128, 1, 128), SFA K-major (weight blocks), SFB MN-major (per token), D^T stored column-major.
 // Both layouts are the caller's buffers as they are: no scale repacking for any row.
 //
-// K slices (Config::kSliceK, swap rows): where the tiles leave SMs idle (rule at k_slices), the same mainloop runs
+// K slices (Config::kSliceK, swap rows; Plan::slices > 1): the same mainloop runs
 // as a batched GEMM over s K slices (batch l = columns [l*k/s, (l+1)*k/s) of both operands and
 // their scales, strided views, no copies) into s fp32 partial outputs in the workspace, and a
 // second kernel sums them in slice order and converts: the split without CUTLASS's stream-K fixup.
 //
-// Stream-K (Schedule::kCooperativeStreamK): swap rows on few tiles with a long K; unswapped rows where
-// the last wave of the persistent grid is nearly empty (decomposition, below).
+// Stream-K and split-K (Schedule::kCooperativeStreamK rows): CUTLASS's stream-K scheduler in the decomposition the
+// plan names (data-parallel, stream-K, or split-K into Plan::splits). The plan (../plan.cpp) also names the tile
+// order (raster, swizzle) and the launch mode; this file only runs it.
 //
-// Programmatic dependent launch (Problem::pdl): the GEMM (and the K-slice sum after it) may launch while
+// Programmatic dependent launch (Plan::pdl): the GEMM (and the K-slice sum after it) may launch while
 // the previous kernel on the stream runs (where that one triggers it early, as the quantizer does); every
 // CTA sets up, then waits (griddepcontrol.wait) before its first global read. Results are the same bit
 // for bit; only the launch gap and the prologue move (gemm/NOTES.md twelfth session).
 //
-// Unsupported: k % 128 != 0, n % 8 != 0 (rejected in sm90.cu), bias, batched problems.
+// Unsupported: k % 128 != 0, n % 8 != 0 (rejected by plan.cpp), bias, batched problems.
 #pragma once
 
 #include <algorithm>
@@ -57,127 +58,14 @@
 #include "cutlass/gemm/kernel/tile_scheduler_params.h"
 #include "cutlass/numeric_types.h"
 
-#include "sm90_issue_ahead_kernel.cuh"
-#include "sm90_kernel.h"
-#include "sm90_overlap_mainloop.cuh"
+#include "issue_ahead_kernel.cuh"
+#include "config.h"
+#include "overlap_mainloop.cuh"
 
 namespace blockfp8::gemm::sm90 {
 
-// How a stream-K-scheduler row decomposes problem p. Stream-K pays a fixed cost (workspace memset
-// node, partial-tile fixup: 2-8 us measured on the H200) and wins only when few tiles each have a
-// long K to split. Otherwise, on Config::kSplitK rows, split-K where the tiles fill at most half
-// the SMs and K is long: s = min(SMs / tiles, kMaxSplits) CTAs per tile, each in the first wave.
-// Each split pays ~5-6 us for its partial-tile pass on the H200 (gemm/NOTES.md, sixth session), so
-// only K >= kSplitKMinKBlocks blocks saves more mainloop than that; 4 splits lost to 3.
-// Neither: data-parallel. Problem::splits (a benchmark switch) replaces the split rule.
-struct Decomposition {
-  bool stream_k = false;
-  int splits = 1;
-};
-constexpr int64_t kStreamKMinKBlocks = 96;
-constexpr int64_t kSplitKMinKBlocks = 56;
-constexpr int64_t kMaxSplits = 3;
-
-// The swizzle the launch hands CUTLASS's persistent scheduler (it may lower it further for small
-// grids; the value returned is the one it ends up using). CUTLASS rounds BOTH tile modes up to a
-// multiple of swizzle x cluster and hands the padding tiles out as work (zero-filled loads,
-// clipped stores): swizzle 8 on DeepSeek-V3's 2112-wide layer (17 weight tiles -> 24) or at
-// M = 2176 (17 token tiles, 18 in 2x1 clusters -> 32) runs 41-78% more tiles. Where p.fit_swizzle
-// (sm90.cu's default order), take the largest swizzle <= p.max_swizzle that pads nothing beyond
-// whole clusters. Padding that fits in the last wave is not free either: on 2112x7168 at M = 2048
-// (3 waves at every swizzle) swizzle 8 took 89.6 us, 2 63.3, 1 62.3 (gemm/NOTES.md eighth
-// session). Explicit orders (benchmark switches) go to CUTLASS as given.
-template <class Cfg>
-int launch_swizzle(const Problem& p) {
-  using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Params;
-  const int64_t tm = cluster_tiles_m<Cfg>(p), tn = cluster_tiles_n<Cfg>(p);
-  const auto used = [&](int s) { return 1 << Params::get_log_swizzle_size(int(tm), int(tn), s); };
-  if (!p.fit_swizzle || tm <= 0 || tn <= 0) return used(std::max(p.max_swizzle, 1));
-  for (int s = used(p.max_swizzle); s > 1; s /= 2) {
-    if (tm % (int64_t(s) * Cfg::kClusterM) == 0 && tn % (int64_t(s) * Cfg::kClusterN) == 0) return s;
-  }
-  return 1;
-}
-
-// Unswapped stream-K rows: CUTLASS's stream-K decomposition where the persistent grid's last wave
-// is at most kTailMaxFillPercent % full (whole clusters counted) and K is long. CUTLASS then runs
-// all but the last full wave data-parallel and spreads that wave plus the tail over one wave of
-// stream-K units (PersistentTileSchedulerSm90StreamKParams::get_num_sk_tiles). Measured on the H200
-// against the persistent 128x128 row (gemm/NOTES.md ninth session): 0.73-0.94x at the 10 fitted
-// points (2112x7168 at M = 1024, 136 tiles: 0.77), 0.74-0.94x at 14 held-out ones; 0.98-1.16x at
-// short K (the fixup costs more than the tail), 1.03-1.50x with fuller last waves; neutral
-// (0.99-1.01x) at 19-27 waves, where the tail is a twentieth of the work.
-constexpr int64_t kTailMaxFillPercent = 40;
-constexpr int64_t kTailMinKBlocks = 48;
-template <class Cfg>
-bool tail_wave_stream_k(const Problem& p) {
-  const int64_t tiles = cluster_tile_count<Cfg>(p);
-  const int64_t wave = cluster_wave<Cfg>(p);
-  if (wave <= 0 || p.k / 128 < kTailMinKBlocks) return false;
-  const int64_t tail = tiles % wave;
-  return tail != 0 && tail * 100 <= wave * kTailMaxFillPercent;
-}
-
-template <class Cfg>
-Decomposition decomposition(const Problem& p) {
-  const int64_t tiles = tile_count<Cfg>(p);
-  const int64_t k_blocks = p.k / 128;
-  Decomposition d;
-  if constexpr (!Cfg::kSwapAB) {
-    d.stream_k = tail_wave_stream_k<Cfg>(p);
-    return d;
-  }
-  if (k_blocks >= kStreamKMinKBlocks && 2 * tiles < p.sm_count) {
-    d.stream_k = true;
-  } else if (Cfg::kSplitK && tiles > 0) {
-    const int64_t splits = p.splits > 0 ? std::min(int64_t(p.splits), k_blocks)
-                           : k_blocks >= kSplitKMinKBlocks ? std::min(int64_t(p.sm_count) / tiles, kMaxSplits)
-                                                           : 1;
-    d.splits = splits >= 2 ? int(splits) : 1;
-  }
-  return d;
-}
-
-// K slices of a kSliceK row (header comment). s = the most slices <= min(SMs / tiles, kMaxSlices)
-// that divide the K blocks evenly with at least kSliceMinKBlocks each (the pipeline fill
-// amortized); none, or stream-K fires: 1 = no slicing. Where the row would split K with CUTLASS's
-// split-K, slices replace it (0.79-0.87x its time at all 4 such points measured). Elsewhere they
-// must pay for their fixed cost (the sum node and the partials' round trip: ~3.3 us, about 12 K
-// blocks of one CTA's walk at ~0.275 us each on the H200). Unsliced, each CTA walks all kb
-// blocks; sliced, kb / s, unless the tiles x s CTAs then stream the weights faster than DRAM
-// serves them: at the per-CTA rate, kDramTiles CTAs saturate the H200's ~4.4 TB/s, so the sliced
-// walk lasts at least kb x tiles / kDramTiles blocks' time. Slice where the blocks saved,
-// kb - max(kb / s, kb x tiles / kDramTiles), reach kSliceMinSavedBlocks (gemm/NOTES.md, seventh
-// session). On GPUs with less bandwidth per SM (H100) DRAM saturates at fewer tiles, so this
-// slices somewhat more eagerly there than it pays. Problem::splits (a benchmark switch) asks for
-// exactly that many slices where it divides the K blocks.
-constexpr int64_t kSliceMinKBlocks = 8;
-constexpr int64_t kMaxSlices = 4;
-constexpr int64_t kSliceMinSavedBlocks = 16;
-constexpr int64_t kDramTiles = 74;
-
-template <class Cfg>
-int k_slices(const Problem& p) {
-  if constexpr (!Cfg::kSliceK) {
-    return 1;
-  } else {
-    const int64_t tiles = tile_count<Cfg>(p), k_blocks = p.k / 128;
-    if (tiles <= 0) return 1;
-    const Decomposition d = decomposition<Cfg>(p);
-    if (d.stream_k) return 1;
-    if (p.splits > 0) return p.splits >= 2 && k_blocks % p.splits == 0 ? p.splits : 1;
-    int64_t s = std::min(int64_t(p.sm_count) / tiles, kMaxSlices);
-    while (s >= 2 && (k_blocks % s != 0 || k_blocks / s < kSliceMinKBlocks)) --s;
-    if (s < 2) return 1;
-    if (d.splits > 1) return int(s);
-    // Blocks saved, scaled by kDramTiles to stay in integers.
-    const int64_t saved = k_blocks * kDramTiles - std::max(k_blocks * kDramTiles / s, k_blocks * tiles);
-    return saved >= kSliceMinSavedBlocks * kDramTiles ? int(s) : 1;
-  }
-}
-
 // out[i] = sum over l < slices of partials[l * count + i] (in slice order), converted; four
-// elements per thread (count % 4 == 0: n % 8 == 0 is checked in sm90.cu).
+// elements per thread (count % 4 == 0: plan.cpp's rejects() checks n % 8 == 0).
 template <class Out>
 __global__ void sum_k_slices(const float4* __restrict__ partials, int64_t count4, int slices, Out* __restrict__ out) {
   // Launched programmatically after the GEMM that writes the partials: wait for it to end (a no-op in
@@ -207,7 +95,7 @@ inline size_t slice_partials_bytes(const Problem& p, int slices) {
   return (size_t(slices) * size_t(p.m) * size_t(p.n) * sizeof(float) + 255) / 256 * 256;
 }
 
-// Programmatic dependent launch (Problem::pdl) on the warp that copies the scales with cp.async
+// Programmatic dependent launch (Plan::pdl) on the warp that copies the scales with cp.async
 // (load_auxiliary, once per tile): CUTLASS 4.2's cooperative kernel runs griddepcontrol.wait in its TMA
 // producer warp but not in this one (the ping-pong kernel does), which could otherwise read scales before
 // the previous kernel's writes are visible; so it waits before its first tile's copies, once: the
@@ -316,7 +204,7 @@ struct Gemm {
                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
   using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
 
-  // Config::kEpilogueN / kStoreStages (sm90_kernel.h): the subtile and its buffers, else CUTLASS's choice (the
+  // Config::kEpilogueN / kStoreStages (config.h): the subtile and its buffers, else CUTLASS's choice (the
   // 16 only keeps the unused branch a valid shape).
   using EpilogueTile = std::conditional_t<Cfg::kEpilogueN == 0, cutlass::epilogue::collective::EpilogueTileAuto,
                                           cute::Shape<cute::Int<Cfg::kTileM>, cute::Int<Cfg::kEpilogueN ? Cfg::kEpilogueN : 16>>>;
@@ -350,7 +238,7 @@ struct Gemm {
   using CutlassKernel = cutlass::gemm::kernel::GemmUniversal<
       cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, Scheduler>;
   // Config::kIssueAhead: the same kernel with each tile's first K block issued before the previous tile's
-  // epilogue (sm90_issue_ahead_kernel.cuh); shared storage, parameters and launch are CUTLASS's.
+  // epilogue (issue_ahead_kernel.cuh); shared storage, parameters and launch are CUTLASS's.
   using Kernel = std::conditional_t<Cfg::kIssueAhead, IssueAheadKernel<CutlassKernel>, CutlassKernel>;
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arguments = typename Kernel::Arguments;
@@ -366,7 +254,7 @@ struct Gemm {
   }
 
   // slices > 1: the K-slice batched problem (header comment), D = fp32 partials [slices, m, n].
-  static Arguments arguments(const Problem& p, int slices = 1) {
+  static Arguments arguments(const Problem& p, const Plan& plan, int slices = 1) {
     const int32_t m = static_cast<int32_t>(p.m);
     const int32_t n = static_cast<int32_t>(p.n);
     const int32_t k = static_cast<int32_t>(p.k);
@@ -379,7 +267,7 @@ struct Gemm {
 
     Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-    args.hw_info.device_id = 0;  // only read when sm_count <= 0, which sm90.cu rejects
+    args.hw_info.device_id = 0;  // only read when sm_count <= 0, which plan.cpp rejects
     args.hw_info.sm_count = p.sm_count;
 
     auto& ml = args.mainloop;
@@ -419,37 +307,41 @@ struct Gemm {
     // Tile order of the persistent grid: which tiles run in the same wave decides how much of A
     // and B the L2 serves once both exceed it (M = 8192 on the large shapes, gemm/NOTES.md).
     using RasterOptions = cutlass::gemm::kernel::detail::RasterOrderOptions;
-    args.scheduler.raster_order = p.raster == 1   ? RasterOptions::AlongM
-                                  : p.raster == 2 ? RasterOptions::AlongN
-                                                  : RasterOptions::Heuristic;
-    args.scheduler.max_swizzle_size = launch_swizzle<Cfg>(p);
+    args.scheduler.raster_order = plan.raster == 1   ? RasterOptions::AlongM
+                                  : plan.raster == 2 ? RasterOptions::AlongN
+                                                     : RasterOptions::Heuristic;
+    args.scheduler.max_swizzle_size = plan.swizzle;
     if constexpr (kStreamK) {
       using Params = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams;
-      const Decomposition d = slices > 1 ? Decomposition{} : decomposition<Cfg>(p);
-      args.scheduler.decomposition_mode = d.stream_k     ? Params::DecompositionMode::StreamK
-                                          : d.splits > 1 ? Params::DecompositionMode::SplitK
-                                                         : Params::DecompositionMode::DataParallel;
-      args.scheduler.splits = d.stream_k ? 1 : d.splits;
+      // The K-slice batches run data-parallel.
+      const bool stream_k = slices == 1 && plan.stream_k;
+      const int splits = slices == 1 ? plan.splits : 1;
+      args.scheduler.decomposition_mode = stream_k     ? Params::DecompositionMode::StreamK
+                                          : splits > 1 ? Params::DecompositionMode::SplitK
+                                                       : Params::DecompositionMode::DataParallel;
+      args.scheduler.splits = stream_k ? 1 : splits;
       // Turnstile reduction: partial tiles are summed in K order, so results are bitwise
       // reproducible run to run (Nondeterministic was up to 25% faster on few-tile shapes).
-      args.scheduler.reduction_mode = p.nondeterministic_reduction ? Params::ReductionMode::Nondeterministic
-                                                                   : Params::ReductionMode::Deterministic;
+      args.scheduler.reduction_mode = plan.nondeterministic_reduction ? Params::ReductionMode::Nondeterministic
+                                                                      : Params::ReductionMode::Deterministic;
     }
     return args;
   }
 
-  static size_t workspace(const Problem& p, int slices = 1) { return Kernel::get_workspace_size(arguments(p, slices)); }
+  static size_t workspace(const Problem& p, const Plan& plan, int slices = 1) {
+    return Kernel::get_workspace_size(arguments(p, plan, slices));
+  }
 
-  static cudaError_t launch(const Problem& p, cudaStream_t stream, int slices = 1) {
-    const Arguments args = arguments(p, slices);
+  static cudaError_t launch(const Problem& p, const Plan& plan, cudaStream_t stream, int slices = 1) {
+    const Arguments args = arguments(p, plan, slices);
     if (Kernel::get_workspace_size(args) > p.workspace_size) return cudaErrorInvalidValue;
     // can_implement() is not called: its scale-layout check asks for a row extent divisible by 4,
-    // which the TMA descriptor does not need (sm90.cu checks what the kernel does need).
+    // which the TMA descriptor does not need (plan.cpp's rejects() checks what the kernel does need).
     Adapter op;
     cutlass::Status status = op.initialize(args, p.workspace, stream);
-    // p.pdl: programmatic dependent launch (gemm.h); the kernel's griddepcontrol instructions come from
+    // plan.pdl: programmatic dependent launch (gemm.h); the kernel's griddepcontrol instructions come from
     // CUTLASS_GDC_ENABLED (setup.py) and PdlScaleCopies.
-    if (status == cutlass::Status::kSuccess) status = op.run(stream, nullptr, p.pdl);
+    if (status == cutlass::Status::kSuccess) status = op.run(stream, nullptr, plan.pdl);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     return status == cutlass::Status::kSuccess ? cudaSuccess : cudaErrorLaunchFailure;
@@ -459,14 +351,15 @@ struct Gemm {
 // A K-sliced launch: the fp32 partials at the start of the workspace, the sliced kernel's own
 // workspace after them, then the slice sum writing p.d.
 template <class Cfg>
-cudaError_t launch_k_slices(const Problem& p, int slices, cudaStream_t stream) {
+cudaError_t launch_k_slices(const Problem& p, const Plan& plan, cudaStream_t stream) {
+  const int slices = plan.slices;
   const size_t partials = slice_partials_bytes(p, slices);
   if (p.workspace_size < partials) return cudaErrorInvalidValue;
   Problem q = p;
   q.d = p.workspace;
   q.workspace = static_cast<char*>(p.workspace) + partials;
   q.workspace_size = p.workspace_size - partials;
-  if (const cudaError_t err = Gemm<Cfg, float>::launch(q, stream, slices); err != cudaSuccess) return err;
+  if (const cudaError_t err = Gemm<Cfg, float>::launch(q, plan, stream, slices); err != cudaSuccess) return err;
   const int64_t count4 = p.m * p.n / 4;
   const int blocks = int(std::min<int64_t>((count4 + 255) / 256, int64_t(p.sm_count) * 8));
   const auto* src = static_cast<const float4*>(p.workspace);
@@ -478,7 +371,7 @@ cudaError_t launch_k_slices(const Problem& p, int slices, cudaStream_t stream) {
   cfg.blockDim = dim3(256);
   cfg.stream = stream;
   cfg.attrs = &pdl;
-  cfg.numAttrs = p.pdl ? 1 : 0;
+  cfg.numAttrs = plan.pdl ? 1 : 0;
   const cudaError_t err =
       p.out_bf16 ? cudaLaunchKernelEx(&cfg, sum_k_slices<__nv_bfloat16>, src, count4, slices, static_cast<__nv_bfloat16*>(p.d))
                  : cudaLaunchKernelEx(&cfg, sum_k_slices<__half>, src, count4, slices, static_cast<__half*>(p.d));
@@ -486,37 +379,32 @@ cudaError_t launch_k_slices(const Problem& p, int slices, cudaStream_t stream) {
 }
 
 template <class Cfg>
-cudaError_t launch_config(const Problem& p, cudaStream_t stream) {
+cudaError_t launch_config(const Problem& p, const Plan& plan, cudaStream_t stream) {
   if constexpr (Cfg::kSliceK) {
-    if (const int s = k_slices<Cfg>(p); s > 1) return launch_k_slices<Cfg>(p, s, stream);
+    if (plan.slices > 1) return launch_k_slices<Cfg>(p, plan, stream);
   }
-  return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::launch(p, stream)
-                    : Gemm<Cfg, cutlass::half_t>::launch(p, stream);
+  return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::launch(p, plan, stream)
+                    : Gemm<Cfg, cutlass::half_t>::launch(p, plan, stream);
 }
 
 template <class Cfg>
-KPlan plan_config(const Problem& p) {
-  KPlan plan;
-  plan.raster = p.raster < 0 ? 0 : p.raster;
-  plan.swizzle = launch_swizzle<Cfg>(p);
-  plan.slices = k_slices<Cfg>(p);
-  if constexpr (Cfg::kSchedule == Schedule::kCooperativeStreamK) {
-    if (plan.slices == 1) {
-      const Decomposition d = decomposition<Cfg>(p);
-      plan.stream_k = d.stream_k;
-      plan.splits = d.splits;
-    }
-  }
-  return plan;
-}
-
-template <class Cfg>
-size_t workspace_config(const Problem& p) {
+size_t workspace_config(const Problem& p, const Plan& plan) {
   if constexpr (Cfg::kSliceK) {
-    if (const int s = k_slices<Cfg>(p); s > 1) return slice_partials_bytes(p, s) + Gemm<Cfg, float>::workspace(p, s);
+    if (plan.slices > 1)
+      return slice_partials_bytes(p, plan.slices) + Gemm<Cfg, float>::workspace(p, plan, plan.slices);
   }
-  return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::workspace(p)
-                    : Gemm<Cfg, cutlass::half_t>::workspace(p);
+  return p.out_bf16 ? Gemm<Cfg, cutlass::bfloat16_t>::workspace(p, plan)
+                    : Gemm<Cfg, cutlass::half_t>::workspace(p, plan);
 }
 
 }  // namespace blockfp8::gemm::sm90
+
+// The body of a row unit that setup.py generates from table.h (one per `cutlass_kernel()` row): that row's entry points
+// for its Config (bf16 and fp16 out, and the fp32-output kernel of its K slices where it has them).
+#define BLOCKFP8_SM90_ROW_UNIT(row_name)                                                                     \
+  namespace blockfp8::gemm::sm90 {                                                                           \
+  static_assert(row_index(row_name) >= 0 && kRows[row_index(row_name)].kernel.kind == KernelKind::kCutlass, \
+                "a generated unit names a CUTLASS row of table.h");                                          \
+  template cudaError_t launch_config<RowConfig<row_index(row_name)>>(const Problem&, const Plan&, cudaStream_t); \
+  template size_t workspace_config<RowConfig<row_index(row_name)>>(const Problem&, const Plan&);             \
+  }

@@ -13,12 +13,12 @@
 // (48 at the 128x32 swap tile, 96 at 128x64).
 //
 // mma() is also offered in two halves (issue_first_block, mma_after_first_block) for the issue-ahead kernel
-// (sm90_issue_ahead_kernel.cuh), which issues a tile's first block before the previous tile's epilogue; the
+// (issue_ahead_kernel.cuh), which issues a tile's first block before the previous tile's epilogue; the
 // halves run mma()'s instructions in its order, with the fragments in the kernel's scope.
 //
 // The scale layouts (unswapped: per-row SFA; swap-AB: per-column SFB), their partition like the
 // accumulators, the scale product, the per-block wgmma issue and the promotion are
-// ConsumerLoopParts (sm90_consumer_loop.cuh); this file is the schedule. Everything else (producer, scale loads, pipeline, shared storage, TMA, epilogue,
+// ConsumerLoopParts (consumer_loop.cuh); this file is the schedule. Everything else (producer, scale loads, pipeline, shared storage, TMA, epilogue,
 // schedulers) is the CUTLASS collective this derives from; only mma/mma_tail differ, and load() for a cluster's
 // padding tile (below).
 //
@@ -46,7 +46,7 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/gemm/collective/collective_builder.hpp"
 
-#include "sm90_consumer_loop.cuh"
+#include "consumer_loop.cuh"
 
 namespace blockfp8::gemm::sm90 {
 
@@ -119,7 +119,7 @@ struct OverlapPromotionMainloop : Base {
   }
 
   // mma() in two halves, for a kernel that issues a tile's first K block before the previous tile's
-  // epilogue (sm90_issue_ahead_kernel.cuh). The fragments live in the caller's scope: tmp0 and scale0 carry
+  // epilogue (issue_ahead_kernel.cuh). The fragments live in the caller's scope: tmp0 and scale0 carry
   // the first block from issue_first_block to mma_after_first_block; the caller's accum stays untouched
   // until mma_after_first_block clears it. Together they run mma()'s instructions in mma()'s order, so the
   // results are the same bits.

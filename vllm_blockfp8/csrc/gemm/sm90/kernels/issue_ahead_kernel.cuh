@@ -3,8 +3,8 @@
 // and store (the tile change; gemm/NOTES.md twenty-seventh session, E27).
 //
 // Math, layouts, producer warps, pipelines, shared storage, tile scheduler and epilogue are those of the
-// kernel sm90_kernel.cuh builds (CUTLASS's KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum with our
-// overlap consumer loop, sm90_overlap_mainloop.cuh); only the math warpgroups' order differs. Per tile t:
+// kernel cutlass_gemm.cuh builds (CUTLASS's KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum with our
+// overlap consumer loop, overlap_mainloop.cuh); only the math warpgroups' order differs. Per tile t:
 //   mma_after_first_block   accum cleared, blocks 1.. of t issued and every block promoted into accum
 //   issue_first_block       block 0 of the warpgroup's next tile t' into the temporary fragment tmp0 (async)
 //   epilogue                accum of t converted and stored while block 0 of t' runs on the tensor cores
@@ -16,7 +16,7 @@
 //
 // Supported: the persistent data-parallel scheduler and an epilogue that reads no C (static_assert here), our
 // overlap consumer loop (Config's static_assert; the halves exist only on it), at least one K block per tile
-// (sm90.cu rejects k < 128). Unsupported: stream-K and split-K (a unit's k_tile_count and fixup), the dynamic
+// (plan.cpp rejects k < 128). Unsupported: stream-K and split-K (a unit's k_tile_count and fixup), the dynamic
 // persistent scheduler, ping-pong.
 #pragma once
 
@@ -128,7 +128,7 @@ struct IssueAheadKernel : Base {
       auto work_tile_info = scheduler.initial_work_tile_info(ClusterShape{});
       cutlass::arch::warpgroup_reg_dealloc<LoadRegisterRequirement>();
       if (tma_warp || scale_warp) {
-        // The scale-copy warp's wait is in PdlScaleCopies::load_auxiliary (sm90_kernel.cuh).
+        // The scale-copy warp's wait is in PdlScaleCopies::load_auxiliary (cutlass_gemm.cuh).
         if (tma_warp) cutlass::arch::wait_on_dependent_grids();
         while (work_tile_info.is_valid()) {
           auto m_coord = idx2crd(work_tile_info.M_idx, shape<2>(gA_mkl));

@@ -1,4 +1,4 @@
-// SM90 (sm_90a) block-FP8: the building blocks of our consumer loop (sm90_overlap_mainloop.cuh,
+// SM90 (sm_90a) block-FP8: the building blocks of our consumer loop (overlap_mainloop.cuh,
 // which derives from CUTLASS 4.2's blockwise-FP8 collective `Base` and replaces only its
 // mma/mma_tail). The schedule (which wgmma is in flight during a promotion) stays in that file;
 // here, as static helpers of ConsumerLoopParts<Base>:
@@ -10,7 +10,7 @@
 // Per element this is the base's arithmetic: the same wgmma sequence per block, the same scale
 // product in the base's operand order, one FFMA per element per block.
 //
-// Layouts (sm90_kernel.cuh). Unswapped: SFA per token per 128 K, granularity (1, 128, 128), so
+// Layouts (cutlass_gemm.cuh). Unswapped: SFA per token per 128 K, granularity (1, 128, 128), so
 // ScaleMsPerTile = tile M (TMA-loaded), ScaleNsPerTile = 1 (cp.async). Swap-AB: granularity
 // (128, 1, 128), ScaleMsPerTile = 1 (the weight block, cp.async), ScaleNsPerTile = tile N (the
 // tokens, TMA-loaded).

@@ -1,5 +1,5 @@
-// Host entry points of the 64-token-tile SM90 GEMM (sm90_tok64_fitn.cu), named by sm90.cu's tile table.
-// Light on purpose (no CUTLASS), like sm90_kernel.h.
+// Host entry points of the 64-token-tile SM90 GEMM (tok64.cu): table.h's `tok64_kernel()` rows (sm90_tok64_fitn,
+// sm90_tok64_fitn_narrow). Light on purpose (no CUTLASS), like config.h; plan.cpp picks the width.
 #pragma once
 
 #include <cstddef>
@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gemm.h"
+#include "../../gemm.h"
 
 namespace blockfp8::gemm::sm90::tok64 {
 
@@ -17,12 +17,8 @@ namespace blockfp8::gemm::sm90::tok64 {
 inline constexpr int kTileWidths[] = {16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192};
 inline constexpr int kTokenTile = 64;
 
-// The N tile the row runs p with (host logic; one of kTileWidths).
-int tile_n(const Problem& p);
-int64_t tile_count(const Problem& p, int tile_n);
-
-cudaError_t launch(const Problem& p, cudaStream_t stream);
-size_t workspace(const Problem& p);  // always 0: K is walked whole, nothing is shared between CTAs
-KPlan plan(const Problem& p);
+// Launches p with plan.tile_n-wide weight tiles (one of kTileWidths) and plan.pdl; K is walked whole, nothing is
+// shared between CTAs, so no workspace.
+cudaError_t launch(const Problem& p, const Plan& plan, cudaStream_t stream);
 
 }  // namespace blockfp8::gemm::sm90::tok64
