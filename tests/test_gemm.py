@@ -170,7 +170,7 @@ TOK64_WIDTHS = (16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192)  # csrc/gemm/sm
 
 
 def _tok64_problem(width: int) -> tuple[int, int]:
-    """An (m, n) whose width rule (sm90_tok64_fitn.cu, tile_n) picks `width` on this GPU, with a
+    """An (m, n) whose width rule (gemm/sm90/plan.cpp, tok64_width) picks `width` on this GPU, with a
     ragged last weight tile and, where the width is not a divisor of 128, tiles straddling 128-row
     scale blocks; host logic only."""
     row = ROWS.index(TOK64_ROW)
@@ -198,7 +198,7 @@ def test_tok64_every_width(width, out_dtype):
 @pytest.mark.parametrize("width", (64, 96, 192))
 def test_tok64_weight_scales_from_global(width):
     """K = 33024 (258 K blocks) is past the 256 blocks of weight scales the 64-token-tile row keeps in
-    shared memory (sm90_tok64_fitn.cu, kMaxResidentKBlocks), so it reads them from global memory each
+    shared memory (gemm/sm90/kernels/tok64.cu, kMaxResidentKBlocks), so it reads them from global memory each
     block: one width with one scale block per tile, one straddling two."""
     if TOK64_ROW not in ROWS:
         pytest.skip(f"{TOK64_ROW} is not in this build's table")

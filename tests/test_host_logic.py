@@ -25,7 +25,8 @@ def test_residency_predicate_at_132_sms():
 def test_build_info_names_the_compiled_archs():
     info = ops.build_info()
     assert info["compiled"] is True and info["archs"], info
-    assert set(info["families"]) == {"quant", "gemv", "gemm"}
+    assert set(info["families"]) == {"quant", "gemv", "nvfp4", "gemm"}
+    assert info["families"]["nvfp4"] == "all", info
     assert (info["families"]["gemm"] == "9.0a") == ("9.0a" in info["archs"]), info
 
 
@@ -107,7 +108,7 @@ def test_launch_mode_1_launches_programmatically_only_at_short_k():
         assert got == expected, (mode, got)
 
 
-# (m, n, width) at 132 SMs: the 64-token-tile row's width rule (sm90_tok64_fitn.cu, tile_n). At M = 128 it
+# (m, n, width) at 132 SMs: the 64-token-tile row's width rule (gemm/sm90/plan.cpp, tok64_width). At M = 128 it
 # picks DeepGEMM's own widths (gemm/NOTES.md fourteenth session: 64x32 / 64x64 / 64x80 / 64x96 tiles).
 TOK64_WIDTHS_AT_132_SMS = [
     (128, 2048, 32), (128, 4096, 64), (128, 5120, 80), (128, 6144, 96),

@@ -59,7 +59,7 @@ def _load_extension():
     torch.ops.load_library(spec.origin)
 
 
-# Benchmark switches of the SM90 GEMM (README, gemm/NOTES.md), read once by the extension: the
+# Benchmark switches of the SM90 GEMM (docs/DEVELOPING.md, gemm/NOTES.md), read once by the extension: the
 # persistent tile order, and the split count / reduction of the split-K capable rows. Checked here so
 # a typo fails at import with its name, not silently or mid-op.
 SM90_ENV_SWITCHES = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n"),

@@ -114,8 +114,8 @@ template <int WN, int WM, int NT, int STAGES, typename T>
 cudaError_t launch_w4a16_t(const Problem& p, cudaStream_t s) {
   using Tile = W4a16Tile<WN, WM, NT, STAGES>;
   auto* kernel = &w4a16_kernel<WN, WM, NT, STAGES, T>;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+  // On every launch, not once per process: the attribute is per device (multi-GPU processes).
+  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
   if (attr != cudaSuccess) return attr;
   const int splits = w4a16_splits<WN, WM, NT, STAGES>(p);
   if (splits > 1 && p.workspace == nullptr) return cudaErrorInvalidValue;

@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(32 * 32, 1) mma_kernel_ks32(const Args<T> a) {
 // Row gemv_mma_t8_lines: the t8 math (MT token tiles; only MT = 1 is in the table) with the weight
 // read in whole 128-byte lines. The register kernel's lane mapping makes each warp load touch 8
 // rows x 64 bytes, i.e. 8 half-used cache lines; the H200 read-pattern probe
-// (tools/gemv_read_probe.cu) found that pattern costs more L1 per byte than whole lines (with
+// (dev/probes/gemv_read_probe.cu) found that pattern costs more L1 per byte than whole lines (with
 // L1 shrunk by a shared-memory carve-out it ran at 1.4-2.1x a stream's time, whole lines at
 // 1.05-1.2x). On the H200 this row is 3-9% faster than t8 where a warp walks >= 3 chunks.
 // Here warp w takes 128-wide K chunks w, w + KS, ... (one scale block each). A chunk of the tile's

@@ -59,7 +59,7 @@ constexpr int kStageWeightScaleBytes = 8;      // probe::kStageWeightScales: the
 constexpr int kMaxResidentKBlocks = 256;
 constexpr int kResidentWeightScaleBytes = 2 * 4 * kMaxResidentKBlocks;
 
-// Diagnostic variants, bits of the kernel's kProbe (tools/tok64_split_probe.cu times them against the row;
+// Diagnostic variants, bits of the kernel's kProbe (the split probe that timed them against the row lives in git history;
 // the extension instantiates 0 only).
 namespace probe {
 constexpr int kNoMath = 1;             // the math warpgroup waits for each stage and releases it: the data path
