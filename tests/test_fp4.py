@@ -149,10 +149,11 @@ def test_forced_row(row, shape, m, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("row", ROW_NAMES)
 def test_every_row_runs_on_a_model_shape(row, dtype):
-    """Every row runs on Qwen3-8B's gate_up (24576 x 4096) at an M it takes: no row ships unrun."""
-    gate_up = shapes.by_name("qwen3-8b.gate_up")
-    m = next(m for m in (1, 16, 256) if _row_accepts(row, m, gate_up.n, gate_up.k))
-    _check(_x(m, gate_up.k, dtype), *_weight(gate_up.n, gate_up.k), row=row, what=f"{row} gate_up M={m}")
+    """Every row runs on a real layer it takes (Qwen3-8B's gate_up 24576 x 4096, else DeepSeek-V3's
+    2112 x 7168 for the narrow-layer row) at an M it takes: no row ships unrun."""
+    m, shape = next((m, s) for s in (shapes.by_name("qwen3-8b.gate_up"), shapes.by_name("dsv3.2112x7168"))
+                    for m in (1, 16, 256) if _row_accepts(row, m, s.n, s.k))
+    _check(_x(m, shape.k, dtype), *_weight(shape.n, shape.k), row=row, what=f"{row} {shape.name} M={m}")
 
 
 @pytest.mark.parametrize("m", (1, 9, 17))
