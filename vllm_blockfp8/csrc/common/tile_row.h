@@ -16,4 +16,13 @@ struct TileRow {
 
 constexpr int64_t kUnboundedM = INT64_MAX;
 
+// The selection rule every table shares: the first row with max_m >= m whose checks pass
+// (rejects(i) == nullptr); -1 if none.
+template <typename Row, typename Rejects>
+int first_row_taking(const Row* rows, int count, int64_t m, Rejects rejects) {
+  for (int i = 0; i < count; ++i)
+    if (m <= rows[i].info.max_m && rejects(i) == nullptr) return i;
+  return -1;
+}
+
 }  // namespace blockfp8

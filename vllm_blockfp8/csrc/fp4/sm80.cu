@@ -205,9 +205,7 @@ size_t workspace_bytes(int i, const Problem& p) {
 }
 
 int select(const Problem& p) {
-  for (int i = 0; i < kNumRows; ++i)
-    if (p.m <= kRows[i].info.max_m && rejects(i, p) == nullptr) return i;
-  return -1;
+  return first_row_taking(kRows, kNumRows, p.m, [&](int i) { return rejects(i, p); });
 }
 
 cudaError_t launch(int i, const Problem& p, cudaStream_t s) {

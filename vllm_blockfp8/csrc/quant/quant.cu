@@ -202,9 +202,7 @@ const char* rejects(int i, const TokenGroupProblem& p) {
 }
 
 int select(const TokenGroupProblem& p) {
-  for (int i = 0; i < kNumRows; ++i)
-    if (kRows[i].info.max_m >= p.m && rejects(i, p) == nullptr) return i;
-  return -1;
+  return first_row_taking(kRows, kNumRows, p.m, [&](int i) { return rejects(i, p); });
 }
 
 cudaError_t launch(int i, const TokenGroupProblem& p, cudaStream_t stream) {
