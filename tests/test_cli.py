@@ -84,6 +84,41 @@ def test_info_survives_broken_ops(monkeypatch, capsys):
     assert "extension exploded" in capsys.readouterr().out
 
 
+def test_info_tells_no_gpu_from_no_extension(monkeypatch):
+    from vllm_blockfp8.tools import info
+
+    base = {"vllm_blockfp8": "0", "vllm": "0", "torch": "0", "torch_cuda": None, "gpu": None,
+            "tile_tables": {"gemv": [], "quant": []}}
+    no_gpu = info.render({**base, "extension": {"compiled": True, "archs": ["9.0a"], "families": {}},
+                          "kernels_unavailable": "no CUDA GPU is visible"})
+    assert "cannot run: no CUDA GPU is visible" in no_gpu and "compiled and loaded" in no_gpu
+    assert "tile table gemv: empty (no CUDA GPU" in no_gpu and "extension" not in no_gpu.split("tile table")[1]
+    no_ext = info.render({**base, "gpu": {"name": "H200", "count": 1, "capability": "9.0", "sm": "sm_90"},
+                          "extension": {"compiled": False, "archs": [], "families": {}},
+                          "kernels_unavailable": "the compiled extension vllm_blockfp8._C is not loaded (x)"})
+    assert "no CUDA GPU" not in no_ext and "tile table gemv: empty (no compiled extension)" in no_ext
+    # The reason itself names each missing piece and only those.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(ops, "HAS_CUDA_KERNELS", True)
+    assert ops.kernels_unavailable_reason() == "no CUDA GPU is visible"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 9))
+    assert ops.kernels_unavailable_reason() is None
+    assert ops.kernels_unavailable_reason(capability=(9, 0)) == "the GPU is SM89, this needs SM90"
+    monkeypatch.setattr(ops, "HAS_CUDA_KERNELS", False)
+    assert ops.kernels_unavailable_reason().startswith("the compiled extension vllm_blockfp8._C is not loaded")
+
+
+def test_quantize_refuses_bad_path_before_torch(tmp_path):
+    code = ("import sys; from vllm_blockfp8 import cli; rc = cli.main(['quantize', sys.argv[1], sys.argv[2]]); "
+            "print(rc, 'torch' in sys.modules)")
+    for src in (tmp_path / "missing", tmp_path):  # no directory; a directory without config.json
+        proc = subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "dst")], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.stdout.split() == ["2", "False"], proc.stdout + proc.stderr
+        assert "error: SRC" in proc.stderr
+
+
 def _tiny_checkpoint(path):
     path.mkdir()
     (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
