@@ -160,7 +160,9 @@ def _ext_modules():
             generated = Path(self.build_temp) / "generated"
             generated.mkdir(parents=True, exist_ok=True)
             # A header, not a -D flag: the arch list holds ';', which the build shell would split on.
-            (generated / "blockfp8_build.h").write_text(f'#define BLOCKFP8_ARCHS "{";".join(archs)}"\n')
+            header, text = generated / "blockfp8_build.h", f'#define BLOCKFP8_ARCHS "{";".join(archs)}"\n'
+            if not header.exists() or header.read_text() != text:  # unchanged: its includers keep their objects
+                header.write_text(text)
             for ext in self.extensions:
                 ext.extra_objects = list(ext.extra_objects or []) + objects
                 ext.include_dirs.append(str(generated.resolve()))
@@ -217,5 +219,8 @@ ext_modules, cmdclass = _ext_modules()
 setup(
     ext_modules=ext_modules,
     cmdclass=cmdclass,
-    options={"bdist_wheel": {"py_limited_api": "cp310"}} if ext_modules else {},
+    # build_ext's objects stay in build/temp (an editable install would otherwise compile into a
+    # temporary directory): a later `pip wheel .` or rebuild then relinks instead of compiling again.
+    options={"bdist_wheel": {"py_limited_api": "cp310"}, "build_ext": {"build_temp": "build/temp"}}
+    if ext_modules else {},
 )
