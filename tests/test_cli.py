@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ import vllm_blockfp8
 from vllm_blockfp8 import cli, ops
 
 SUBCOMMANDS = ("quantize", "info", "bench", "demo")
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("argv", [[], *([c] for c in SUBCOMMANDS)])
@@ -202,7 +204,17 @@ def test_bench_runs_scripts_with_arguments(monkeypatch, tmp_path, fresh_benchmar
     assert cli.main(["bench", "--op", "quant"]) == 2  # its script is absent here
 
 
-def test_bench_dry_run_of_the_real_script(tmp_path, fresh_benchmarks_package):
+@pytest.fixture
+def checkout_benchmarks(monkeypatch):
+    """This checkout's benchmarks/: where `blockfp8 bench` looks when the package runs from the checkout
+    (checked); with the package installed from a wheel (CI's second venv) it is pointed there."""
+    if Path(vllm_blockfp8.__file__).resolve().parents[1] == CHECKOUT:
+        assert cli.benchmarks_dir() == CHECKOUT / "benchmarks"
+    else:
+        monkeypatch.setattr(cli, "benchmarks_dir", lambda: CHECKOUT / "benchmarks")
+
+
+def test_bench_dry_run_of_the_real_script(tmp_path, fresh_benchmarks_package, checkout_benchmarks):
     """--dry-run needs no GPU: the repository's bench_quant runs its table/JSON code on fake timings."""
     if not (cli.benchmarks_dir() / "bench_quant.py").is_file():
         pytest.skip("benchmarks/bench_quant.py not in this checkout")
@@ -212,7 +224,7 @@ def test_bench_dry_run_of_the_real_script(tmp_path, fresh_benchmarks_package):
     assert out.is_file() and plot.is_file()
 
 
-def test_bench_nvfp4_is_wired(tmp_path, fresh_benchmarks_package):
+def test_bench_nvfp4_is_wired(tmp_path, fresh_benchmarks_package, checkout_benchmarks):
     """`blockfp8 bench --op nvfp4` runs benchmarks/bench_nvfp4.py (and so does a bare `blockfp8 bench`);
     every --op names a script of this checkout. The dry run needs no GPU."""
     assert cli.BENCH_RUNS["nvfp4"] == ("bench_nvfp4", ()) and ("nvfp4", "bench_nvfp4", ()) in cli.BENCH_ALL
