@@ -57,6 +57,15 @@ def cpu_layers():
         yield
 
 
+def needs_kernels(capability=None, extension=True):
+    """Skip mark for GPU tests, whose reason names exactly what is missing: no GPU, the wrong GPU
+    (``capability`` (major, minor)), and/or the compiled extension (``extension``)."""
+    from vllm_blockfp8 import ops
+
+    reason = ops.kernels_unavailable_reason(capability, extension)
+    return pytest.mark.skipif(reason is not None, reason=f"needs a GPU run: {reason}")
+
+
 @pytest.fixture
 def seeded():
     torch.manual_seed(0)

@@ -10,13 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import needs_kernels
 
 from benchmarks import bench_nvfp4, harness, peers
 from benchmarks.report import PUBLISHED_CEILINGS, band_of
 from vllm_blockfp8 import reference
 
 CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+needs_cuda = needs_kernels(extension=False)
 PEER_NAMES = {p.name for p in peers.FP4_PEERS}
 
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ import vllm_blockfp8
 from vllm_blockfp8 import cli, ops
 
 SUBCOMMANDS = ("quantize", "info", "bench", "demo")
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("argv", [[], *([c] for c in SUBCOMMANDS)])
@@ -82,6 +84,41 @@ def test_info_survives_broken_ops(monkeypatch, capsys):
     monkeypatch.setattr(vllm_blockfp8, "ops", broken, raising=False)
     assert cli.main(["info"]) == 0
     assert "extension exploded" in capsys.readouterr().out
+
+
+def test_info_tells_no_gpu_from_no_extension(monkeypatch):
+    from vllm_blockfp8.tools import info
+
+    base = {"vllm_blockfp8": "0", "vllm": "0", "torch": "0", "torch_cuda": None, "gpu": None,
+            "tile_tables": {"gemv": [], "quant": []}}
+    no_gpu = info.render({**base, "extension": {"compiled": True, "archs": ["9.0a"], "families": {}},
+                          "kernels_unavailable": "no CUDA GPU is visible"})
+    assert "cannot run: no CUDA GPU is visible" in no_gpu and "compiled and loaded" in no_gpu
+    assert "tile table gemv: empty (no CUDA GPU" in no_gpu and "extension" not in no_gpu.split("tile table")[1]
+    no_ext = info.render({**base, "gpu": {"name": "H200", "count": 1, "capability": "9.0", "sm": "sm_90"},
+                          "extension": {"compiled": False, "archs": [], "families": {}},
+                          "kernels_unavailable": "the compiled extension vllm_blockfp8._C is not loaded (x)"})
+    assert "no CUDA GPU" not in no_ext and "tile table gemv: empty (no compiled extension)" in no_ext
+    # The reason itself names each missing piece and only those.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(ops, "HAS_CUDA_KERNELS", True)
+    assert ops.kernels_unavailable_reason() == "no CUDA GPU is visible"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 9))
+    assert ops.kernels_unavailable_reason() is None
+    assert ops.kernels_unavailable_reason(capability=(9, 0)) == "the GPU is SM89, this needs SM90"
+    monkeypatch.setattr(ops, "HAS_CUDA_KERNELS", False)
+    assert ops.kernels_unavailable_reason().startswith("the compiled extension vllm_blockfp8._C is not loaded")
+
+
+def test_quantize_refuses_bad_path_before_torch(tmp_path):
+    code = ("import sys; from vllm_blockfp8 import cli; rc = cli.main(['quantize', sys.argv[1], sys.argv[2]]); "
+            "print(rc, 'torch' in sys.modules)")
+    for src in (tmp_path / "missing", tmp_path):  # no directory; a directory without config.json
+        proc = subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "dst")], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.stdout.split() == ["2", "False"], proc.stdout + proc.stderr
+        assert "error: SRC" in proc.stderr
 
 
 def _tiny_checkpoint(path):
@@ -167,7 +204,17 @@ def test_bench_runs_scripts_with_arguments(monkeypatch, tmp_path, fresh_benchmar
     assert cli.main(["bench", "--op", "quant"]) == 2  # its script is absent here
 
 
-def test_bench_dry_run_of_the_real_script(tmp_path, fresh_benchmarks_package):
+@pytest.fixture
+def checkout_benchmarks(monkeypatch):
+    """This checkout's benchmarks/: where `blockfp8 bench` looks when the package runs from the checkout
+    (checked); with the package installed from a wheel (CI's second venv) it is pointed there."""
+    if Path(vllm_blockfp8.__file__).resolve().parents[1] == CHECKOUT:
+        assert cli.benchmarks_dir() == CHECKOUT / "benchmarks"
+    else:
+        monkeypatch.setattr(cli, "benchmarks_dir", lambda: CHECKOUT / "benchmarks")
+
+
+def test_bench_dry_run_of_the_real_script(tmp_path, fresh_benchmarks_package, checkout_benchmarks):
     """--dry-run needs no GPU: the repository's bench_quant runs its table/JSON code on fake timings."""
     if not (cli.benchmarks_dir() / "bench_quant.py").is_file():
         pytest.skip("benchmarks/bench_quant.py not in this checkout")
@@ -177,7 +224,7 @@ def test_bench_dry_run_of_the_real_script(tmp_path, fresh_benchmarks_package):
     assert out.is_file() and plot.is_file()
 
 
-def test_bench_nvfp4_is_wired(tmp_path, fresh_benchmarks_package):
+def test_bench_nvfp4_is_wired(tmp_path, fresh_benchmarks_package, checkout_benchmarks):
     """`blockfp8 bench --op nvfp4` runs benchmarks/bench_nvfp4.py (and so does a bare `blockfp8 bench`);
     every --op names a script of this checkout. The dry run needs no GPU."""
     assert cli.BENCH_RUNS["nvfp4"] == ("bench_nvfp4", ()) and ("nvfp4", "bench_nvfp4", ()) in cli.BENCH_ALL

@@ -16,15 +16,11 @@ import re
 
 import pytest
 import torch
-from conftest import poison_cuda_cache
+from conftest import needs_kernels, poison_cuda_cache
 
 from vllm_blockfp8 import ops, reference, shapes
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available() or not ops.HAS_CUDA_KERNELS,
-    reason="needs a CUDA GPU (none is visible)" if not torch.cuda.is_available()
-    else "needs the compiled extension vllm_blockfp8._C (installed without nvcc)",
-)
+pytestmark = needs_kernels()
 
 DTYPES = (torch.bfloat16, torch.float16)
 QWEN3 = shapes.by_name("qwen3-8b.o")

@@ -32,16 +32,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import poison_cuda_cache
+from conftest import needs_kernels, poison_cuda_cache
 
 from vllm_blockfp8 import ops, reference, shapes
 
-_RUNNABLE = (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-             and ops.HAS_CUDA_KERNELS)
-pytestmark = pytest.mark.skipif(
-    not _RUNNABLE,
-    reason="needs an SM90 (Hopper) GPU and the compiled extension (vllm_blockfp8._C with the sm90 GEMM)",
-)
+_RUNNABLE = ops.kernels_unavailable_reason(capability=(9, 0)) is None
+pytestmark = needs_kernels(capability=(9, 0))
 
 ROWS = [r["name"] for r in ops.tile_table("gemm")] if _RUNNABLE else []
 M_SET = (1, 3, 4, 7, 64, 83, 128, 1000, 4096)

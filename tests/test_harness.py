@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import needs_kernels
 
 from benchmarks import bench_gemv, bench_quant, harness, held_out_shapes, peers, triton_gemm
 from benchmarks.report import PUBLISHED_CEILINGS, Record, Report, band_of, geomean
@@ -24,9 +25,8 @@ from vllm_blockfp8 import reference, shapes
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-needs_sm90 = pytest.mark.skipif(not CUDA or torch.cuda.get_device_capability() != (9, 0),
-                                reason="needs an SM90 GPU")
+needs_cuda = needs_kernels(extension=False)
+needs_sm90 = needs_kernels(capability=(9, 0), extension=False)
 
 
 def rel_err(out, ref) -> float:

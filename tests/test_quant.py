@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import poison_cuda_cache
+from conftest import needs_kernels, poison_cuda_cache
 
 from vllm_blockfp8 import ops, reference
 
-GPU = pytest.mark.skipif(
-    not torch.cuda.is_available() or not ops.HAS_CUDA_KERNELS,
-    reason="needs a CUDA GPU and the compiled extension vllm_blockfp8._C",
-)
+GPU = needs_kernels()
 EXT = pytest.mark.skipif(not ops.HAS_CUDA_KERNELS,
                          reason="needs the compiled extension vllm_blockfp8._C (the quant table lives in it)")
 
@@ -217,7 +214,7 @@ def test_quant_opcheck_forced_row(row):
     torch.library.opcheck(torch.ops.blockfp8.per_token_group_quant.default, (x, G, row))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the reference on CUDA tensors)")
+@needs_kernels(extension=False)  # the reference on CUDA tensors
 def test_reference_gives_the_same_bits_on_cuda_and_cpu():
     """The reference is the contract on any device: on CUDA torch divides by a Python number through
     its rounded reciprocal, which moved about half the scales by one ulp and some values by one FP8

@@ -91,7 +91,13 @@ def _raise_interrupt(signum, frame):
 
 
 def _cmd_quantize(args, extra) -> int:
-    from vllm_blockfp8.tools.checkpoint import CheckpointError
+    from vllm_blockfp8.tools.paths import CheckpointError, check_destination, check_source
+
+    try:  # a bad path is refused at once, before torch is imported
+        check_source(args.src)
+        check_destination(args.src.resolve(), args.dst.resolve(), args.overwrite)
+    except CheckpointError as e:
+        raise CliError(str(e)) from None
     from vllm_blockfp8.tools.quantize import REPORT_NAME, format_report, quantize_checkpoint
 
     # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C so the temporary directory is removed.

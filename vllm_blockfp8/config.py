@@ -156,8 +156,10 @@ class BlockFp8Config(QuantizationConfig):
         else:
             from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4Config
 
-            inner = ModelOptNvFp4Config("NVFP4", True, self.kv_cache_quant_algo, self.ignored_layers,
-                                        self.group_size)
+            # By keyword: later vLLM (0.33) appends keyword-only arguments to this constructor.
+            inner = ModelOptNvFp4Config(quant_method="NVFP4", is_checkpoint_nvfp4_serialized=True,
+                                        kv_cache_quant_algo=self.kv_cache_quant_algo,
+                                        exclude_modules=self.ignored_layers, group_size=self.group_size)
         inner.packed_modules_mapping = self.packed_modules_mapping
         return inner
 

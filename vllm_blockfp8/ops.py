@@ -90,6 +90,22 @@ except (ImportError, OSError) as exc:  # pure-Python install: the reference back
     _IMPORT_ERROR = exc
 
 
+def kernels_unavailable_reason(capability: Optional[tuple] = None, extension: bool = True) -> Optional[str]:
+    """Why this process cannot run the CUDA kernels, or None: "no CUDA GPU is visible", the GPU's
+    capability where ``capability`` (major, minor) is required, and/or why the compiled extension
+    is not loaded (not built, or its load error) where ``extension``. Each missing piece is named,
+    so "no GPU" is never reported as "no extension" or the other way round."""
+    why = []
+    if not torch.cuda.is_available():
+        why.append("no CUDA GPU is visible")
+    elif capability is not None and tuple(torch.cuda.get_device_capability()) != tuple(capability):
+        have = "".join(map(str, torch.cuda.get_device_capability()))
+        why.append(f"the GPU is SM{have}, this needs SM{''.join(map(str, capability))}")
+    if extension and not HAS_CUDA_KERNELS:
+        why.append(f"the compiled extension vllm_blockfp8._C is not loaded ({_IMPORT_ERROR})")
+    return "; ".join(why) or None
+
+
 # --------------------------------------------------------------------------------------------
 # Validation (ValueError naming the argument and the expectation)
 # --------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from .paths import CheckpointError, check_destination, check_source  # noqa: F401 - re-exported
+
 INDEX_NAME = "model.safetensors.index.json"
 
 # safetensors dtype names and their sizes in bytes.
@@ -35,10 +37,6 @@ _SKIP_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.m
                "*.onnx", "*.index.json", "config.json", "hf_quant_config.json", "quantization_report.json")
 
 
-class CheckpointError(ValueError):
-    """A refusal with a message for the user: bad SRC, existing DST, a shape we cannot quantize."""
-
-
 @dataclass(frozen=True)
 class SourceTensor:
     name: str
@@ -52,11 +50,7 @@ class SourceTensor:
 
 
 def read_config(src: Path) -> dict:
-    if not src.is_dir():
-        raise CheckpointError(f"SRC {src} is not a directory")
-    path = src / "config.json"
-    if not path.is_file():
-        raise CheckpointError(f"SRC {src} has no config.json: not a Hugging Face model directory")
+    path = check_source(src)
     try:
         config = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -184,14 +178,6 @@ def copy_side_files(src: Path, dst: Path) -> list:
             shutil.copy2(p, dst / p.name)
             copied.append(p.name)
     return copied
-
-
-def check_destination(src: Path, dst: Path, overwrite: bool) -> None:
-    if dst == src or dst in src.parents:
-        raise CheckpointError(f"DST {dst} would replace SRC {src}: pick another directory")
-    if dst.exists() and not overwrite:
-        if not dst.is_dir() or any(dst.iterdir()):
-            raise CheckpointError(f"DST {dst} exists and is not empty (pass --overwrite to replace it)")
 
 
 def commit(tmp: Path, dst: Path) -> None:

@@ -45,6 +45,10 @@ def collect() -> dict:
         info["tile_tables"] = {}
         return info
     try:
+        info["kernels_unavailable"] = ops.kernels_unavailable_reason()
+    except Exception as e:
+        info["kernels_unavailable"] = f"unknown ({_error(e)})"
+    try:
         info["extension"] = dict(ops.build_info())
     except Exception as e:
         info["extension"] = {"compiled": False, "error": _error(e)}
@@ -56,6 +60,14 @@ def collect() -> dict:
             tables[family] = {"error": _error(e)}
     info["tile_tables"] = tables
     return info
+
+
+def _why_empty(info: dict, family: str) -> str:
+    if not info.get("extension", {}).get("compiled"):
+        return "no compiled extension"
+    if not info.get("gpu") and family != "quant":
+        return "no CUDA GPU: the table depends on the GPU's arch"
+    return "this build has no rows for this GPU"
 
 
 def render(info: dict) -> str:
@@ -74,16 +86,19 @@ def render(info: dict) -> str:
         lines.append(f"extension      not available: {ext['error']}")
     else:
         archs = ", ".join(str(a) for a in ext.get("archs", [])) or "none"
-        lines.append(f"extension      {'compiled' if ext.get('compiled') else 'not compiled'}; archs: {archs}")
+        state = "compiled and loaded" if ext.get("compiled") else "not loaded (not built, or failed to load)"
+        lines.append(f"extension      {state}; archs: {archs}")
         for family, detail in sorted(ext.get("families", {}).items()):
             lines.append(f"  {family:<12} {detail}")
         if ext.get("import_error"):
             lines.append(f"  extension import failed: {ext['import_error']}")
+    if "kernels_unavailable" in info:
+        lines.append(f"CUDA kernels   {'cannot run: ' + info['kernels_unavailable'] if info['kernels_unavailable'] else 'ready'}")
     for family, rows in info.get("tile_tables", {}).items():
         if isinstance(rows, dict):
             lines.append(f"tile table {family}: error: {rows['error']}")
         elif not rows:
-            lines.append(f"tile table {family}: empty (no GPU or no extension)")
+            lines.append(f"tile table {family}: empty ({_why_empty(info, family)})")
         else:
             lines.append(f"tile table {family} (first row with M <= max_m wins):")
             for i, row in enumerate(rows):
