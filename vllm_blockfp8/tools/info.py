@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from importlib import metadata
 
-FAMILIES = ("linear", "gemv", "gemm", "quant")
+FAMILIES = ("linear", "gemv", "gemm", "quant", "nvfp4")
 
 
 def _dist_version(name: str):
