@@ -64,7 +64,7 @@ def test_info_json(capsys):
     assert cli.main(["info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert {"vllm_blockfp8", "vllm", "torch", "torch_cuda", "gpu", "extension", "tile_tables"} <= set(info)
-    assert set(info["tile_tables"]) == {"linear", "gemv", "gemm", "quant"}
+    assert set(info["tile_tables"]) == {"linear", "gemv", "gemm", "quant", "nvfp4"}
     if not torch.cuda.is_available():
         assert info["gpu"] is None
         assert all(v == [] for f, v in info["tile_tables"].items() if f != "quant")
