@@ -102,14 +102,14 @@ def write_checkpoint(path: Path, cfg: dict = TINY_QWEN3, seed: int = 0, fmt: str
 
 
 def gpu_unsupported_reason() -> str | None:
-    """Why this machine cannot run the vLLM demo, or None."""
-    if not torch.cuda.is_available():
-        return "no CUDA GPU is visible"
+    """Why this machine cannot run the vLLM demo, or None: what ops.kernels_unavailable_reason()
+    names (no GPU, no compiled extension), an arch below SM89, or no vLLM."""
+    why = ops.kernels_unavailable_reason()
+    if why is not None:
+        return why
     major, minor = torch.cuda.get_device_capability()
     if major * 10 + minor < 89:
         return f"the GPU is SM{major}{minor}; blockfp8 needs SM89 or newer"
-    if not ops.HAS_CUDA_KERNELS:
-        return "the package was installed without its CUDA extension (no nvcc at install time)"
     try:
         import vllm  # noqa: F401
     except ImportError:
