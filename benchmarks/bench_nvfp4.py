@@ -10,7 +10,7 @@ users), and bf16, cuBLAS on the weight dequantized once. Beside them yardstick:o
 linear (ops.blockfp8_linear) on a block-FP8 copy of the same weight: another format, shown but never
 the best peer (--no-fp8 leaves it out). Floor: packed weight + scales + global scale + bf16 activations and output
 at the measured copy bandwidth, or 2*M*N*K at the measured bf16 peak (harness.linear_floor with
-weight="nvfp4"). First outputs are checked against reference.nvfp4_linear_ref (peers.FP4_*_TOL).
+weight="nvfp4"). First outputs are checked against reference.nvfp4_linear_ref (peers_fp4.FP4_*_TOL).
 
   python -m benchmarks.bench_nvfp4                       # 15 shapes, M = 1..256 and 1024..8192
   python -m benchmarks.bench_nvfp4 --quick --rows --m 1,16,4096
@@ -27,7 +27,7 @@ import torch
 
 from vllm_blockfp8 import shapes
 
-from . import harness, peers
+from . import harness, peers, peers_fp4
 from .report import first_line
 
 SCRIPT = "bench_nvfp4"
@@ -49,7 +49,7 @@ def our_variants(args, ops, ops_why, copies, checker, m, n, k) -> list[harness.V
     if ops is None and not args.dry_run:
         return [harness.Variant("ours", skip=ops_why)]
     dry = args.dry_run
-    check = None if dry else checker.linear("w4a16", tol=peers.FP4_OURS_TOL)
+    check = None if dry else checker.linear("w4a16", tol=peers_fp4.FP4_OURS_TOL)
 
     def call(o, row=None):
         if row is None:  # the call a model makes (and one that needs no row= in the signature)
@@ -94,10 +94,10 @@ def main(argv=None) -> int:
     runner = harness.start(SCRIPT, args)
     ms = harness.parse_m(args.m)
     ops, ops_why = (None, "dry run") if args.dry_run else peers.our_ops()
-    peer_list = peers.select(peers.FP4_PEERS, args.peers)
+    peer_list = peers.select(peers_fp4.FP4_PEERS, args.peers)
     unavailable = peers.probe(peer_list, args.dry_run)
     marlin = not args.dry_run and "marlin_fp4" in unavailable  # vLLM imported only when asked for
-    api = peers.marlin_fp4_api()[0] if marlin else None
+    api = peers_fp4.marlin_fp4_api()[0] if marlin else None
     runner.report.notes.update(
         weights="reference.quantize_nvfp4(randn [N, K]); the same copies for every M of a shape",
         global_scale="ours: fp32 [N], one per output row (our layer's form); marlin_fp4: 0-dim "
@@ -106,12 +106,12 @@ def main(argv=None) -> int:
     for shape in harness.resolve_shapes(args.shapes, args.quick):
         n, k = shape.n, shape.k
         # A weight does not depend on M: one set of copies (and their repacks) serves every M.
-        weights = peers.LazyCopies(lambda i, n=n, k=k: peers.Fp4Weight(n, k))
+        weights = peers.LazyCopies(lambda i, n=n, k=k: peers_fp4.Fp4Weight(n, k))
         copies_n = harness.copies_for(harness.nvfp4_weight_bytes(n, k))
         for m in ms:
-            copies = peers.LazyCopies(lambda i, m=m, k=k, w=weights: peers.Fp4Operands(
+            copies = peers.LazyCopies(lambda i, m=m, k=k, w=weights: peers_fp4.Fp4Operands(
                 torch.randn(m, k, device="cuda", dtype=torch.bfloat16), w[i]))
-            checker = peers.Fp4Checker(copies)
+            checker = peers_fp4.Fp4Checker(copies)
             variants = (our_variants(args, ops, ops_why, copies, checker, m, n, k)
                         + peers.variants(peer_list, unavailable, FAMILY, copies, checker,
                                          m, n, k, args.dry_run)

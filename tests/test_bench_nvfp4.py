@@ -12,13 +12,13 @@ import pytest
 import torch
 from conftest import needs_kernels
 
-from benchmarks import bench_nvfp4, harness, peers
+from benchmarks import bench_nvfp4, harness, peers, peers_fp4
 from benchmarks.report import PUBLISHED_CEILINGS, band_of
 from vllm_blockfp8 import reference
 
 CUDA = torch.cuda.is_available()
 needs_cuda = needs_kernels(extension=False)
-PEER_NAMES = {p.name for p in peers.FP4_PEERS}
+PEER_NAMES = {p.name for p in peers_fp4.FP4_PEERS}
 
 
 # ---- the floor -------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ def test_forced_rows_come_from_the_nvfp4_table_or_say_why_there_are_none():
     table = [dict(name="nvfp4_gemv_fma", max_m=16, reason="r"), dict(name="nvfp4_w4a16", max_m=0, reason="r")]
     ops = SimpleNamespace(tile_table=lambda family: table if family == "nvfp4" else [],
                           selected_row=lambda family, m, n, k: "nvfp4_gemv_fma")
-    checker = peers.Fp4Checker(peers.LazyCopies(lambda i: None))
+    checker = peers_fp4.Fp4Checker(peers.LazyCopies(lambda i: None))
     got = bench_nvfp4.our_variants(_args(), ops, None, None, checker, 1, 256, 512)
     assert [(v.impl, v.row, v.skip) for v in got] == [
         ("ours", "nvfp4_gemv_fma", None), ("ours@nvfp4_gemv_fma", "nvfp4_gemv_fma", None),
@@ -134,9 +134,9 @@ def test_forced_rows_come_from_the_nvfp4_table_or_say_why_there_are_none():
 @pytest.fixture(scope="module")
 def fp4_point():
     torch.manual_seed(0)
-    w = peers.Fp4Weight(512, 1024, device="cpu")
+    w = peers_fp4.Fp4Weight(512, 1024, device="cpu")
     x = torch.randn(peers.CHECK_ROWS, 1024, dtype=torch.bfloat16)
-    return peers.Fp4Operands(x, w)
+    return peers_fp4.Fp4Operands(x, w)
 
 
 def _exact(o, packed=None, scale=None, gs=None):
@@ -149,10 +149,10 @@ def _exact(o, packed=None, scale=None, gs=None):
 
 def test_fp4_check_passes_each_implementations_roundings(fp4_point):
     o = fp4_point
-    checker = peers.Fp4Checker(peers.LazyCopies(lambda i: o))
+    checker = peers_fp4.Fp4Checker(peers.LazyCopies(lambda i: o))
     bf16 = torch.bfloat16
     # ours: fp32 sum times the fp32 global scale, rounded once
-    assert checker.linear("w4a16", tol=peers.FP4_OURS_TOL)(_exact(o).to(bf16)) is None
+    assert checker.linear("w4a16", tol=peers_fp4.FP4_OURS_TOL)(_exact(o).to(bf16)) is None
     # Marlin: the fp32 sum rounded to bf16, then times the bf16-rounded global scale in bf16
     marlin = (_exact(o, gs=1.0).to(bf16) * o.w.global_scale.to(bf16)).to(bf16)
     assert checker.linear("w4a16")(marlin) is None
@@ -162,7 +162,7 @@ def test_fp4_check_passes_each_implementations_roundings(fp4_point):
 
 def test_fp4_check_fails_layout_and_scale_bugs(fp4_point):
     o = fp4_point
-    check = peers.Fp4Checker(peers.LazyCopies(lambda i: o)).linear("w4a16")
+    check = peers_fp4.Fp4Checker(peers.LazyCopies(lambda i: o)).linear("w4a16")
     bf16 = torch.bfloat16
     swapped = (o.w.packed >> 4) | (o.w.packed << 4)          # high nibble taken as the even k
     lost = o.w.scale.clone()
@@ -188,9 +188,9 @@ def test_fp4_weight_forms_hold_the_same_numbers(fp4_point):
 
 @pytest.mark.skipif(CUDA, reason="CPU only: says why a GPU peer cannot run")
 def test_fp4_peers_say_why_they_cannot_run_without_a_gpu():
-    assert peers.probe(list(peers.FP4_PEERS), dry_run=False) == {
-        p.name: f"no CUDA device [needs {p.needs}]" for p in peers.FP4_PEERS}
-    assert all(p.rejects(1, 256, 1000) and p.rejects(1, 256, 1024) is None for p in peers.FP4_PEERS)
+    assert peers.probe(list(peers_fp4.FP4_PEERS), dry_run=False) == {
+        p.name: f"no CUDA device [needs {p.needs}]" for p in peers_fp4.FP4_PEERS}
+    assert all(p.rejects(1, 256, 1000) and p.rejects(1, 256, 1024) is None for p in peers_fp4.FP4_PEERS)
 
 
 # ---- GPU -------------------------------------------------------------------------------------
@@ -201,16 +201,16 @@ def test_fp4_peers_say_why_they_cannot_run_without_a_gpu():
 @pytest.mark.parametrize("m", [1, 5, 64, 1024])
 def test_fp4_peer_output_matches_reference(name, m):
     """Each peer's call (vLLM's Marlin repack and apply included) on the same NVFP4 weight."""
-    peer = next(p for p in peers.FP4_PEERS if p.name == name)
+    peer = next(p for p in peers_fp4.FP4_PEERS if p.name == name)
     n, k = 2112, 1024
     why = peer.unavailable() or peer.rejects(m, n, k)
     if why:
         pytest.skip(why)
-    copies = peers.LazyCopies(lambda i: peers.Fp4Operands(
-        torch.randn(m, k, device="cuda", dtype=torch.bfloat16), peers.Fp4Weight(n, k)))
+    copies = peers.LazyCopies(lambda i: peers_fp4.Fp4Operands(
+        torch.randn(m, k, device="cuda", dtype=torch.bfloat16), peers_fp4.Fp4Weight(n, k)))
     out = peer.build(copies[0], "nvfp4")()
     assert out.shape == (m, n) and out.dtype == torch.bfloat16
-    assert peers.Fp4Checker(copies).linear(peer.reference)(out) is None
+    assert peers_fp4.Fp4Checker(copies).linear(peer.reference)(out) is None
 
 
 @needs_cuda
@@ -220,7 +220,7 @@ def test_ours_meets_the_fp4_tolerance_the_benchmark_flags_at(m):
     if why:
         pytest.skip(why)
     n, k = 2112, 1024
-    o = peers.Fp4Operands(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), peers.Fp4Weight(n, k))
+    o = peers_fp4.Fp4Operands(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), peers_fp4.Fp4Weight(n, k))
     out = ops.nvfp4_linear(o.x, o.w.packed, o.w.scale, o.w.row_scale)
-    check = peers.Fp4Checker(peers.LazyCopies(lambda i: o)).linear("w4a16", tol=peers.FP4_OURS_TOL)
+    check = peers_fp4.Fp4Checker(peers.LazyCopies(lambda i: o)).linear("w4a16", tol=peers_fp4.FP4_OURS_TOL)
     assert check(out) is None
