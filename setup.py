@@ -144,7 +144,8 @@ def _ext_modules():
     generic = ([str(CSRC / "quant" / "quant.cu")] + sorted(glob.glob(str(CSRC / "gemv" / "*.cu")))
                + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))))
     # options.cpp in every build: the quantizer follows the SM90 launch mode wherever it runs.
-    host = [str(CSRC / f) for f in ("ops.cpp", "host_queries.cpp", "linear/linear.cpp", "gemm/sm90/options.cpp")]
+    host = [str(CSRC / f) for f in ("ops.cpp", "host_queries.cpp", "linear/linear.cpp", "gemm/gemm.cpp",
+                                    "gemm/sm90/options.cpp")]
     host += [str(CSRC / f) for a in built for f in ARCHS[a]["host"]]
     nvcc_common = ["-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
     generic_gencode = []

@@ -39,8 +39,11 @@ _SCHEMAS = {
     "row_rejects": "row_rejects(str family, int row, int m, int n, int k, int x_address, int x_stride) -> str",
     "gemv_pins_residency": "gemv_pins_residency(int column_blocks, int sm_count, int ksplit, int m_tiles) -> bool",
     "gemm_k_plan": "gemm_k_plan(int row, int m, int n, int k, int sm_count) -> str",
+    "gemm_table_plan": "gemm_table_plan(str table, int row, int m, int n, int k, int sm_count) -> str",
+    "gemm_table_rows": "gemm_table_rows(str table) -> str",
     "build_info": "build_info() -> str",
     "set_sm90_pdl": "set_sm90_pdl(str mode) -> str",
+    "set_gemm_table": "set_gemm_table(str table) -> str",
 }
 
 _lib = torch.library.Library("blockfp8", "DEF")  # noqa: TOR901 - the schemas' one home
@@ -71,8 +74,16 @@ SM90_ENV_SWITCHES = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n")
                   "BLOCKFP8_SM90_NARROW_SPLIT": ("0", "1")}
 
 
+# BLOCKFP8_GEMM_TABLE forces the W8A8 GEMM's row table for the process where its kernels run on the GPU (the SM89
+# rows run on SM90 too, so the H200 tests and times them); "auto" (or unset) is the GPU's own table.
+GEMM_TABLES = ("auto", "sm89", "sm90", "sm120")
+
+
 def check_sm90_env(environ=None) -> None:
     environ = os.environ if environ is None else environ
+    table = environ.get("BLOCKFP8_GEMM_TABLE", "")
+    if table and table not in GEMM_TABLES:
+        raise ValueError(f"BLOCKFP8_GEMM_TABLE={table!r}: expected one of {', '.join(GEMM_TABLES)} (or unset)")
     for name, allowed in SM90_ENV_SWITCHES.items():
         value = environ.get(name, "")
         if value and value not in allowed:
@@ -449,3 +460,44 @@ def build_info() -> dict:
     if _IMPORT_ERROR is not None:
         info["import_error"] = str(_IMPORT_ERROR)
     return info
+
+
+def set_gemm_table(table: str) -> str:
+    """Force the W8A8 GEMM's row table for this process (``BLOCKFP8_GEMM_TABLE``'s values: ``auto``,
+    ``sm89``, ``sm90``, ``sm120``) and return the previous setting. A forced table serves only GPUs its
+    kernels run on (the SM89 rows run on SM90 as well, which is how an H200 tests them); elsewhere the
+    GPU's own table serves. The linear op's path table follows the GEMM table. Needs the extension."""
+    _need(table in GEMM_TABLES, f"set_gemm_table: table must be one of {', '.join(GEMM_TABLES)}, got {table!r}")
+    _need(HAS_CUDA_KERNELS, f"set_gemm_table needs the compiled extension ({_IMPORT_ERROR})")
+    return torch.ops.blockfp8.set_gemm_table(table)
+
+
+@contextlib.contextmanager
+def gemm_table(table: str):
+    """``set_gemm_table(table)`` for the calls (or the graph capture) inside the block, then the table before it."""
+    was = set_gemm_table(table)
+    try:
+        yield
+    finally:
+        set_gemm_table(was)
+
+
+def gemm_table_rows(table: str) -> list:
+    """The rows of the W8A8 GEMM table ``table`` (``sm89``, ``sm90``, ``sm120``) as this build compiled them,
+    without a GPU: [] for a table the build lacks."""
+    _need(table in GEMM_TABLES[1:], f"gemm_table_rows: table must be one of {', '.join(GEMM_TABLES[1:])}")
+    _need(HAS_CUDA_KERNELS, f"gemm_table_rows needs the compiled extension ({_IMPORT_ERROR})")
+    return json.loads(torch.ops.blockfp8.gemm_table_rows(table))
+
+
+def gemm_table_plan(table: str, m: int, n: int, k: int, sm_count: int, row: int = -1) -> Optional[dict]:
+    """The plan of ``table``'s row ``row`` (-1: the row its planner chooses) for an (m, n, k) problem at
+    ``sm_count`` SMs, as ``gemm_k_plan`` answers for SM90: host logic, no GPU needed. None when the build
+    lacks the table; ValueError for a problem the table cannot run."""
+    _need(table in GEMM_TABLES[1:], f"gemm_table_plan: table must be one of {', '.join(GEMM_TABLES[1:])}")
+    _need(HAS_CUDA_KERNELS, f"gemm_table_plan needs the compiled extension ({_IMPORT_ERROR})")
+    out = torch.ops.blockfp8.gemm_table_plan(table, row, m, n, k, sm_count)
+    plan = json.loads(out) if out else None
+    _need(plan is None or "error" not in plan, f"gemm_table_plan({table}, m={m}, n={n}, k={k}, "
+          f"sm_count={sm_count}, row={row}): {plan and plan.get('error')}")
+    return plan

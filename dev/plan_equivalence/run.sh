@@ -15,7 +15,7 @@ cuda=${CUDA_HOME:-/usr/local/cuda}/include
 "$py" "$here/make_ref.py" "$rev" "$repo" "$out"
 flags=(-std=c++17 -O2 -w -I "$cuda" -I "$cuda/cccl" -I "$here")
 g++ "${flags[@]}" -I "$cutlass" -I "$out" -c "$out/ref.cpp" -o "$out/ref.o"
-g++ "${flags[@]}" -I "$repo/vllm_blockfp8/csrc" -c "$here/new.cpp" -o "$out/new.o"
+g++ "${flags[@]}" -DBLOCKFP8_HAS_SM90_GEMM -I "$repo/vllm_blockfp8/csrc" -c "$here/new.cpp" -o "$out/new.o"
 g++ "${flags[@]}" -c "$here/main.cpp" -o "$out/main.o"
 g++ "$out/main.o" "$out/ref.o" "$out/new.o" -o "$out/check"
 "$out/check" ${2:-}

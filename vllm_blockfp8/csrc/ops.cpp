@@ -124,21 +124,20 @@ struct Fp4Family {
   static int64_t n(const Problem& p) { return p.n; }
 };
 
-#ifdef BLOCKFP8_HAS_SM90_GEMM
-// The GEMM's choice is its whole plan (row, K split, tile order, launch mode), computed once per call.
+// The GEMM's choice is its whole plan (row, K split, tile order, launch mode), computed once per call by the planner
+// of the arch table the problem names (gemm.cpp routes).
 struct GemmFamily {
   using Problem = gemm::Problem;
   using Choice = gemm::Plan;
   static constexpr const char* kName = "gemm";
-  static int num_rows(const Problem&) { return gemm::num_rows(); }
-  static const TileRow& row(int i, const Problem&) { return gemm::row(i); }
+  static int num_rows(const Problem& p) { return gemm::num_rows(p.arch); }
+  static const TileRow& row(int i, const Problem& p) { return gemm::row(p.arch, i); }
   static const char* rejects(int, const Problem& p) { return gemm::rejects(p); }
   static Choice choose(const Problem& p) { return gemm::plan(p); }
   static Choice forced(int i, const Problem& p) { return gemm::plan(p, i); }
   static int index(const Choice& c) { return c.row; }
   static int64_t n(const Problem& p) { return p.n; }
 };
-#endif
 
 struct LinearFamily {
   using Problem = linear::Shape;
@@ -219,8 +218,8 @@ Tensor run_gemv(const Tensor& x, const Tensor& b, const Tensor& b_scale, int64_t
 Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const Tensor& b_scale, ScalarType out_dtype,
                 int64_t row, const DeviceFacts& dev) {
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
-#ifdef BLOCKFP8_HAS_SM90_GEMM
-  STD_TORCH_CHECK(dev.cc == 90, "blockfp8: the W8A8 GEMM is built for SM90 only (this GPU is SM", dev.cc, ")");
+  const int arch = gemm::table_arch(dev.cc);
+  STD_TORCH_CHECK(arch != 0, "blockfp8: this build has no W8A8 GEMM for this GPU (SM", dev.cc, ")");
   STD_TORCH_CHECK(a_scale.stride(0) == 1 && (m <= 1 || a_scale.stride(1) >= m) && a_scale.stride(1) % 4 == 0,
                   "blockfp8: a_scale must be M-major with a leading dimension that is a multiple of 4");
   Tensor out = torch::stable::new_empty(a, {m, n}, out_dtype);
@@ -234,6 +233,7 @@ Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const T
   p.m = m, p.n = n, p.k = k;
   p.out_bf16 = out_dtype == ScalarType::BFloat16;
   p.sm_count = dev.sm_count;
+  p.arch = arch;
   const gemm::Plan plan = pick_row<GemmFamily>(int(row), p);
   std::optional<Tensor> workspace;
   const size_t ws = gemm::workspace_bytes(p, plan);
@@ -242,13 +242,8 @@ Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const T
     p.workspace = workspace->data_ptr();
     p.workspace_size = ws;
   }
-  if (m > 0) check_cuda(gemm::launch(p, plan, current_stream(a)), gemm::row(plan.row).name);
+  if (m > 0) check_cuda(gemm::launch(p, plan, current_stream(a)), gemm::row(arch, plan.row).name);
   return out;
-#else
-  (void)a_scale, (void)b_scale, (void)out_dtype, (void)row, (void)dev, (void)m, (void)n, (void)k;
-  STD_TORCH_CHECK(false, "blockfp8: this build has no W8A8 GEMM kernel");
-  return b;
-#endif
 }
 
 Tensor dequant_matmul(const Tensor& x, const Tensor& b, const Tensor& b_scale) {
@@ -302,10 +297,10 @@ Tensor op_linear(Tensor x, Tensor b, Tensor b_scale, std::optional<Tensor> bias,
   check_weight(b, b_scale, x.size(1));
   torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   const DeviceFacts dev = device_facts(x.get_device_index());
-  const linear::Shape shape{x.size(0), b.size(0), x.size(1), dev.cc, dev.sm_count};
+  const linear::Shape shape{x.size(0), b.size(0), x.size(1), linear::table_arch(dev.cc), dev.sm_count};
   const int i = pick_row<LinearFamily>(int(row), shape);
   Tensor out = x;
-  switch (linear::path(dev.cc, i)) {
+  switch (linear::path(shape.cc, i)) {
     case linear::Path::kGemv:
       out = run_gemv(x, b, b_scale, -1, dev);
       break;

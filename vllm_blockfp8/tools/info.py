@@ -89,7 +89,8 @@ def render(info: dict) -> str:
         state = "compiled and loaded" if ext.get("compiled") else "not loaded (not built, or failed to load)"
         lines.append(f"extension      {state}; archs: {archs}")
         for family, detail in sorted(ext.get("families", {}).items()):
-            lines.append(f"  {family:<12} {detail}")
+            shown = ", ".join(detail) or "none" if isinstance(detail, list) else detail
+            lines.append(f"  {family:<12} {shown}")
         if ext.get("import_error"):
             lines.append(f"  extension import failed: {ext['import_error']}")
     if "kernels_unavailable" in info:

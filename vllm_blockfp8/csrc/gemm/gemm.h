@@ -1,4 +1,6 @@
-// W8A8 block-scaled FP8 GEMM: the family boundary between ops.cpp and the arch code (csrc/gemm/<arch>/).
+// W8A8 block-scaled FP8 GEMM: the family boundary between ops.cpp and the arch code (csrc/gemm/<arch>/: sm89 on
+// mma.sync, sm90 on wgmma, sm120 on CUTLASS's SM120 blockwise collective). gemm.cpp routes each call to the arch
+// table named by Problem::arch; arch.h lists what every arch exports.
 //
 //   D[m, n] = sum_kb (sum_{k in block kb} A[m, k] * B[n, k]) * SFA[m, kb] * SFB[n / 128, kb]
 //
@@ -11,7 +13,7 @@
 // D   bf16 or fp16 [m, n] row-major, ld = n. Written in full, never read.
 // Scales multiply to dequantize and are used exactly as given (no power-of-two rounding).
 //
-// Supported: any m >= 1, n % 8 == 0 (16-byte rows for the TMA store of D), k % 128 == 0.
+// Supported: any m >= 1, k % 128 == 0; each arch adds its own limits (rejects()), e.g. SM90's n % 8 == 0.
 // No torch types here: ops.cpp converts tensors into a Problem. One call: plan() once (which row, how it runs along
 // K, in which tile order, how it launches), then workspace_bytes() and launch() with that plan.
 #pragma once
@@ -35,11 +37,13 @@ struct Problem {
   int64_t m = 0, n = 0, k = 0;
   bool out_bf16 = true;            // false: fp16
   int sm_count = 0;                // multiprocessors of the device (> 0; sizes persistent grids)
+  int arch = 90;                   // the row table that runs p: 89, 90 or 120 (table_arch() of the device)
   void* workspace = nullptr;       // >= workspace_bytes(problem, plan) bytes, 16-byte aligned
   size_t workspace_size = 0;
 };
 
-// How one call runs (sm90/plan.cpp computes it; host logic only, from the sizes, sm_count and the benchmark switches).
+// How one call runs (the arch's planner computes it; host logic only, from the sizes, sm_count and the benchmark
+// switches). Fields an arch does not use stay at their defaults.
 struct Plan {
   int row = -1;  // the tile-table row; -1: no row takes the problem
   // Along K: whole (data-parallel), CUTLASS's stream-K, CUTLASS's split-K into `splits` partial tiles, or `slices`
@@ -56,16 +60,28 @@ struct Plan {
   bool pdl = false;  // programmatic dependent launch of the GEMM (and of its K-slice sum)
 };
 
-// Rows of this arch's tile table, in table order.
-int num_rows();
-const TileRow& row(int i);
+// The row table that serves a device of compute capability device_cc (major * 10 + minor): the table forced for
+// this process (BLOCKFP8_GEMM_TABLE, set_table()) where its kernels run on that device, else the device's own
+// (89, 90 or 120); 0 when this build has no W8A8 GEMM table for the device.
+int table_arch(int device_cc);
+// Forces a table for this process ("sm89", "sm90", "sm120"; "auto" restores the device's own) and returns the previous
+// setting's name; nullptr (nothing changed) for an unknown name. The SM89 rows are compiled for sm_90a too, so an H200
+// runs them as forced rows; a forced table that cannot run on a device is ignored there.
+const char* set_table(const char* name);
+// True when this build compiled the table of `arch`.
+bool built(int arch);
 
-// nullptr if the GEMM can run p (every row can: the rows differ in speed only), else a sentence saying why not
-// (static storage). Pointers are checked for alignment only, so shape-only problems (null pointers) can be asked.
+// Rows of the table of `arch`, in table order (0 rows for an arch this build lacks).
+int num_rows(int arch);
+const TileRow& row(int arch, int i);
+
+// nullptr if the GEMM can run p on p.arch's table (the rows of a table differ in speed only), else a sentence saying
+// why not (static storage). Pointers are checked for alignment only, so shape-only problems (null pointers) can be
+// asked.
 const char* rejects(const Problem& p);
 
-// The plan for p: the row the planner chooses (row = -1 where rejects(p) != nullptr), or `forced_row` (>= 0: run as
-// given; the caller checks rejects(p) first), and how that row runs p. row = -1 for a forced_row out of range.
+// The plan for p: the row p.arch's planner chooses (row = -1 where rejects(p) != nullptr), or `forced_row` (>= 0: run
+// as given; the caller checks rejects(p) first), and how that row runs p. row = -1 for a forced_row out of range.
 Plan plan(const Problem& p, int forced_row = -1);
 
 // Device scratch that launch(p, plan) needs (stream-K partial tiles and their flags, K-slice partials); 0 when

@@ -22,11 +22,30 @@ constexpr LinearRow kSm90[] = {
      Path::kDequantMatmul},
 };
 
-// Ada and Blackwell GeForce: no W8A8 kernel is built for these archs yet, so mid and large M
-// dequantize the weight once per call and run cuBLAS in 16-bit.
+// Ada: the SM89 mma.sync W8A8 GEMM (gemm/sm89/) where it is built; the GEMV bound is the SM90 one until the SM89
+// rows' crossover is measured (as forced rows on the H200).
+constexpr LinearRow kSm89[] = {
+    {{"gemv", 16, "weight-only decode: no activation quant pass, the weight is read once"}, Path::kGemv},
+    {{"w8a8_gemm", kUnboundedM, "1x128 activation quant + mma.sync e4m3 block-scaled GEMM (gemm/sm89)"},
+     Path::kW8A8},
+    {{"dequant_matmul", kUnboundedM, "only where no W8A8 row applies (K % 128): dequantize + cuBLAS"},
+     Path::kDequantMatmul},
+};
+
+// Blackwell GeForce: CUTLASS's SM120 blockwise-scaled GEMM (gemm/sm120/) where it is built.
+constexpr LinearRow kSm120[] = {
+    {{"gemv", 16, "weight-only decode: no activation quant pass, the weight is read once"}, Path::kGemv},
+    {{"w8a8_gemm", kUnboundedM, "1x128 activation quant + CUTLASS SM120 blockwise GEMM (gemm/sm120)"},
+     Path::kW8A8},
+    {{"dequant_matmul", kUnboundedM, "only where no W8A8 row applies (K % 128): dequantize + cuBLAS"},
+     Path::kDequantMatmul},
+};
+
+// Any other GPU: no W8A8 kernel exists for it, so mid and large M dequantize the weight once per call and run
+// cuBLAS in 16-bit.
 constexpr LinearRow kGeneric[] = {
     {{"gemv", 16, "weight-only decode: no activation quant pass, the weight is read once"}, Path::kGemv},
-    {{"dequant_matmul", kUnboundedM, "no W8A8 kernel for this arch yet: dequantize + cuBLAS"},
+    {{"dequant_matmul", kUnboundedM, "no W8A8 kernel for this arch: dequantize + cuBLAS"},
      Path::kDequantMatmul},
 };
 
@@ -35,9 +54,14 @@ struct Table {
   int count;
 };
 
+template <int N>
+constexpr Table of(const LinearRow (&rows)[N]) { return {rows, N}; }
+
 Table table(int cc) {
-  if (cc == 90) return {kSm90, int(sizeof(kSm90) / sizeof(kSm90[0]))};
-  return {kGeneric, int(sizeof(kGeneric) / sizeof(kGeneric[0]))};
+  if (cc == 90) return of(kSm90);
+  if (cc == 89) return of(kSm89);
+  if (cc == 120) return of(kSm120);
+  return of(kGeneric);
 }
 
 }  // namespace
@@ -51,7 +75,13 @@ gemv::Problem gemv_shape(const Shape& s) {
 gemm::Problem gemm_shape(const Shape& s) {
   gemm::Problem p{};
   p.m = s.m, p.n = s.n, p.k = s.k, p.a_scale_ld = (s.m + 3) / 4 * 4, p.out_bf16 = true, p.sm_count = s.sm_count;
+  p.arch = s.cc;
   return p;
+}
+
+int table_arch(int device_cc) {
+  const int gemm_arch = gemm::table_arch(device_cc);
+  return gemm_arch != 0 ? gemm_arch : device_cc;
 }
 
 int num_rows(int cc) { return table(cc).count; }
@@ -62,16 +92,11 @@ const char* rejects(int cc, int i, const Shape& s) {
   switch (path(cc, i)) {
     case Path::kGemv:
       return gemv::select(gemv_shape(s)) >= 0 ? nullptr : "no GEMV row takes this shape";
-    case Path::kW8A8: {
-#ifdef BLOCKFP8_HAS_SM90_GEMM
-      if (cc != 90) return "the W8A8 GEMM is built for SM90 only";
+    case Path::kW8A8:
+      if (!gemm::built(s.cc)) return "this build has no W8A8 GEMM for this arch";
       if (s.k % 128 != 0) return "W8A8 needs K % 128 == 0 (1x128 activation groups)";
       // Every GEMM row takes what the GEMM accepts; which one runs is planned once, by the GEMM op itself.
       return gemm::rejects(gemm_shape(s)) == nullptr ? nullptr : "no W8A8 GEMM row takes this shape";
-#else
-      return "the extension was built without the SM90 W8A8 GEMM";
-#endif
-    }
     case Path::kDequantMatmul:
       return s.k % 16 == 0 ? nullptr : "dequantize needs K % 16 == 0";
   }

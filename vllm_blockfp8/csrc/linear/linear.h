@@ -15,7 +15,7 @@ enum class Path { kGemv, kW8A8, kDequantMatmul };
 
 struct Shape {
   int64_t m, n, k;
-  int cc;        // compute capability, major * 10 + minor
+  int cc;        // the arch whose tables serve the call: table_arch() of the device (major * 10 + minor)
   int sm_count;  // multiprocessors (the kernel tables size grids from it)
 };
 
@@ -23,6 +23,10 @@ struct Shape {
 // no tensors exist yet (path checks, select_row, row_rejects).
 gemv::Problem gemv_shape(const Shape& s);
 gemm::Problem gemm_shape(const Shape& s);
+
+// The arch whose tables serve a device: the GEMM family's table (gemm::table_arch: the device's own, or one forced
+// for the process) where there is one, else the device's compute capability (the generic table).
+int table_arch(int device_cc);
 
 int num_rows(int cc);
 const TileRow& row(int cc, int i);

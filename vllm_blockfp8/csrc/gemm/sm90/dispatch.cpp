@@ -39,7 +39,9 @@ bool plans_a_row(const Problem& p, const Plan& plan) {
 }  // namespace
 }  // namespace blockfp8::gemm::sm90
 
-namespace blockfp8::gemm {
+namespace blockfp8::gemm::sm90 {
+
+// The arch API (../arch.h).
 
 size_t workspace_bytes(const Problem& p, const Plan& plan) {
   // Only the sizes matter here (the caller sizes the buffer before filling the pointers).
@@ -48,11 +50,11 @@ size_t workspace_bytes(const Problem& p, const Plan& plan) {
 }
 
 cudaError_t launch(const Problem& p, const Plan& plan, cudaStream_t s) {
-  if (plan.row < 0 || plan.row >= sm90::kNumRows || rejects(p) != nullptr) return cudaErrorInvalidValue;
+  if (plan.row < 0 || plan.row >= sm90::kNumRows || sm90::rejects(p) != nullptr) return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
   if (p.a == nullptr || p.b == nullptr || p.a_scale == nullptr || p.b_scale == nullptr || p.d == nullptr)
     return cudaErrorInvalidValue;
   return sm90::kEntries[plan.row].launch(p, plan, s);
 }
 
-}  // namespace blockfp8::gemm
+}  // namespace blockfp8::gemm::sm90

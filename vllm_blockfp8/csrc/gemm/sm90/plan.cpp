@@ -322,7 +322,7 @@ Plan plan(const Problem& p, const Options& o, PdlMode mode, int forced_row) {
   if (forced_row >= 0) {
     out.row = forced_row;  // the caller has checked rejects()
   } else {
-    if (gemm::rejects(p) != nullptr) return out;
+    if (sm90::rejects(p) != nullptr) return out;
     out.row = choose(model(p, o));
   }
   // Sizes no kernel runs (m = 0 launches nothing): no K plan.
@@ -336,7 +336,9 @@ Plan plan(const Problem& p, const Options& o, PdlMode mode, int forced_row) {
 
 }  // namespace blockfp8::gemm::sm90
 
-namespace blockfp8::gemm {
+namespace blockfp8::gemm::sm90 {
+
+// The arch API (../arch.h).
 
 namespace {
 constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
@@ -366,4 +368,4 @@ int num_rows() { return sm90::kNumRows; }
 const TileRow& row(int i) { return sm90::kRows[i].info; }
 Plan plan(const Problem& p, int forced_row) { return sm90::plan(p, sm90::options(), sm90::pdl_mode(), forced_row); }
 
-}  // namespace blockfp8::gemm
+}  // namespace blockfp8::gemm::sm90

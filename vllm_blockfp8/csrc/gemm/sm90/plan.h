@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "../arch.h"
 #include "../gemm.h"
 #include "table.h"
 
