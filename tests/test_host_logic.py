@@ -81,6 +81,50 @@ def test_sm90_switches_are_checked_at_import_values():
         ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "100"})
 
 
+def test_gemm_table_switch_round_trips_and_rejects_unknown_tables():
+    """set_gemm_table returns the setting it replaced; the environment variable is checked at import."""
+    ops.check_sm90_env({"BLOCKFP8_GEMM_TABLE": "sm89"})
+    with pytest.raises(ValueError, match="BLOCKFP8_GEMM_TABLE='sm80'"):
+        ops.check_sm90_env({"BLOCKFP8_GEMM_TABLE": "sm80"})
+    start = ops.set_gemm_table("auto")
+    try:
+        assert ops.set_gemm_table("sm89") == "auto"
+        with pytest.raises(ValueError, match="table must be one of auto, sm89, sm90, sm120, got 'sm100'"):
+            ops.set_gemm_table("sm100")
+        with ops.gemm_table("sm120"):
+            assert ops.set_gemm_table("sm120") == "sm120"
+        assert ops.set_gemm_table("auto") == "sm89", "the block must restore the table before it"
+    finally:
+        ops.set_gemm_table(start)
+
+
+@pytest.mark.parametrize("table,arch", [("sm89", "8.9"), ("sm90", "9.0a"), ("sm120", "12.0a")])
+def test_every_gemm_table_answers_without_a_gpu(table, arch):
+    """A table the build has lists its rows and plans by name; one it lacks answers [] / None, not an error."""
+    rows = ops.gemm_table_rows(table)
+    built = table in ops.build_info()["families"]["gemm"]
+    assert built <= (arch in ops.build_info()["archs"])
+    if not built:
+        assert rows == [] and ops.gemm_table_plan(table, 64, 4096, 4096, 132) is None
+        return
+    names = [r["name"] for r in rows]
+    assert names and len(set(names)) == len(names) and rows[-1]["max_m"] is None, rows
+    for m in (1, 17, 128, 1000, 8192):
+        plan = ops.gemm_table_plan(table, m, 4096, 4096, 132)
+        assert plan["row"] in names, plan
+        for i, name in enumerate(names):
+            assert ops.gemm_table_plan(table, m, 4096, 4096, 132, row=i)["row"] == name
+    with pytest.raises(ValueError, match="multiple of 128"):
+        ops.gemm_table_plan(table, 64, 4096, 4100, 132)
+
+
+@pytest.mark.skipif("9.0a" not in ops.build_info().get("archs", []) if ops.HAS_CUDA_KERNELS else True,
+                    reason="the SM90 GEMM is not in this build")
+def test_sm90_table_by_name_is_the_gemm_k_plan():
+    for m, n, k in [(1, 4096, 4096), (64, 576, 7168), (512, 24576, 1536), (4096, 7168, 18432)]:
+        assert ops.gemm_table_plan("sm90", m, n, k, 132) == ops.gemm_k_plan(-1, m, n, k, sm_count=132)
+
+
 def test_launch_mode_switch_round_trips_and_rejects_unknown_modes():
     """set_sm90_pdl returns the mode it replaced (ops.sm90_pdl restores it after a block)."""
     start = ops.set_sm90_pdl("1")
