@@ -152,9 +152,10 @@ def _ext_modules():
     built = [a for a in ARCHS if a in archs]
     defines = [f"-D{ARCHS[a]['define']}" for a in built]
     generic = ([str(CSRC / "quant" / "quant.cu")] + sorted(glob.glob(str(CSRC / "gemv" / "*.cu")))
-               + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))))
+               + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))) + [str(CSRC / "gemm" / "reference_kernel.cu")])
     # options.cpp in every build: the quantizer follows the SM90 launch mode wherever it runs.
     host = [str(CSRC / f) for f in ("ops.cpp", "host_queries.cpp", "linear/linear.cpp", "gemm/gemm.cpp",
+                                    "gemm/first_use.cpp",
                                     "gemm/sm90/options.cpp")]
     host += [str(CSRC / f) for a in built for f in ARCHS[a]["host"]]
     nvcc_common = ["-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]

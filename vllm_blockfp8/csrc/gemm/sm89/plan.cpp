@@ -65,7 +65,7 @@ Plan plan(const Problem& p, int forced_row) {
   if (forced_row >= 0) {
     out.row = forced_row;  // the caller has checked rejects()
   } else {
-    if (rejects(p) != nullptr) return out;
+    if (sm89::rejects(p) != nullptr) return out;
     out.row = first_row_taking(kRows, kNumRows, p.m, [](int) -> const char* { return nullptr; });
   }
   if (p.m < 1 || p.n < 1 || p.k < 128 || p.sm_count <= 0) return out;  // nothing runs: no K plan
@@ -82,11 +82,11 @@ size_t workspace_bytes(const Problem& p, const Plan& plan) {
 }
 
 cudaError_t launch(const Problem& p, const Plan& plan, cudaStream_t s) {
-  if (rejects(p) != nullptr || plan.row < 0 || plan.row >= kNumRows || plan.slices < 1) return cudaErrorInvalidValue;
+  if (sm89::rejects(p) != nullptr || plan.row < 0 || plan.row >= kNumRows || plan.slices < 1) return cudaErrorInvalidValue;
   if (p.a == nullptr || p.b == nullptr || p.d == nullptr || p.a_scale == nullptr || p.b_scale == nullptr)
     return cudaErrorInvalidValue;
   if (p.m == 0) return cudaSuccess;
-  if (plan.slices > 1 && (p.workspace == nullptr || p.workspace_size < workspace_bytes(p, plan)))
+  if (plan.slices > 1 && (p.workspace == nullptr || p.workspace_size < sm89::workspace_bytes(p, plan)))
     return cudaErrorInvalidValue;
   if (plan.slices > 65535) return cudaErrorInvalidValue;  // gridDim.z
   Launch l;
