@@ -219,6 +219,12 @@ def _ext_modules():
                 if proc.returncode != 0:
                     raise RuntimeError(f"nvcc failed on {src}:\n{proc.stderr[-6000:]}")
                 _say(f"built {src} ({log} has the ptxas report)")
+                # The spill summary in the build output itself (CI checks it: an editable build's logs are temporary).
+                spills = [(int(st), int(ld)) for st, ld in
+                          re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", proc.stdout + proc.stderr)]
+                if spills:
+                    _say(f"ptxas {obj.stem}: {len(spills)} kernel(s), most spill stores {max(s for s, _ in spills)} "
+                         f"bytes, most spill loads {max(l for _, l in spills)} bytes")
 
             with ThreadPoolExecutor(parallel) as pool:
                 list(pool.map(run, todo))
