@@ -22,6 +22,8 @@ import pytest
 import torch
 from conftest import needs_kernels, poison_cuda_cache
 
+from test_gemm import _operands  # the same operands as the SM90 tests: every scale differs
+
 from vllm_blockfp8 import ops, reference
 
 _BUILT = ops.HAS_CUDA_KERNELS and "sm89" in ops.build_info().get("families", {}).get("gemm", [])
@@ -111,21 +113,6 @@ def test_self_check_state_starts_unchecked():
 # ------------------------------------------------------------------------------------------------------------------
 # GPU: every row forced
 # ------------------------------------------------------------------------------------------------------------------
-
-def _operands(m, n, k, *, seed, positive=False):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(m, k, device="cuda", generator=g)
-    x = x * torch.exp(torch.randn(m, k // 128, device="cuda", generator=g)).repeat_interleave(128, 1)
-    w = torch.randn(n, k, device="cuda", generator=g) * 0.05
-    nb = -(-n // 128)
-    w = w * torch.exp(torch.randn(nb, k // 128, device="cuda", generator=g)).repeat_interleave(
-        128, 0)[:n].repeat_interleave(128, 1)
-    if positive:
-        x, w = x.abs(), w.abs()
-    a, a_scale = ops.per_token_group_quant(x.to(torch.bfloat16))
-    b, b_scale = reference.quantize_block_fp8(w)
-    return a, a_scale, b, b_scale
-
 
 def _check(m, n, k, out_dtype, row, *, seed=0, positive=False):
     a, a_scale, b, b_scale = _operands(m, n, k, seed=seed, positive=positive)

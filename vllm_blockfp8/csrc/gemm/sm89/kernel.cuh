@@ -32,6 +32,8 @@
 
 #include <cstdint>
 
+#include "../../common/convert.cuh"
+
 namespace blockfp8::gemm::sm89 {
 
 struct Params {
@@ -92,12 +94,6 @@ __device__ __forceinline__ uint32_t pack2<__half>(float x, float y) {
   const __half2 v = __floats2half2_rn(x, y);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 
 // Stores the pair (x, y) at (row, col), (row, col + 1): guarded per element; one 32-bit store where both exist and n
 // is even (then row * n + col is even: 4-byte aligned).
