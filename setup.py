@@ -30,6 +30,8 @@ DEFAULT_ARCHS = "8.9;9.0a;12.0a"
 #                includes `unit_header` and expands `unit_macro("<row name>")` (one unit per row so that
 #                the build compiles the rows in parallel; the unit is named after the row, as its ptxas log)
 #   kernels      hand-written kernel units of the arch
+#   also_for     further archs the units are compiled for (gencode), where those are in the arch list too: the SM89
+#                mma.sync rows run on sm_90a as well, so the H200 tests them as forced rows (BLOCKFP8_GEMM_TABLE=sm89)
 #   host         host-only files of the arch (compiled into the extension with the generic host files)
 #   define       set for every file when the arch is built
 #   unit_flags   flags for the arch's own units only. CUTLASS_GDC_ENABLED turns CUTLASS's grid-dependency
@@ -39,6 +41,12 @@ DEFAULT_ARCHS = "8.9;9.0a;12.0a"
 #                stream-K scheduler does not compile (its const is_last_tile binds a member to a non-const
 #                reference).
 ARCHS = {
+    "8.9": {
+        "kernels": "gemm/sm89/*.cu",
+        "host": ["gemm/sm89/plan.cpp"],
+        "define": "BLOCKFP8_HAS_SM89_GEMM",
+        "also_for": ["9.0a"],
+    },
     "9.0a": {
         "table": "gemm/sm90/table.h",
         "generate": "cutlass_kernel",
@@ -100,6 +108,8 @@ def _generate_units(arch: str, out_dir: Path) -> list[str]:
     """One unit per generated row of the arch's table (rewritten only when its text changes, so an unchanged
     unit keeps its object)."""
     spec = ARCHS[arch]
+    if "table" not in spec:  # hand-written units only
+        return []
     out_dir.mkdir(parents=True, exist_ok=True)
     units = []
     for name, kind in _table_rows(ROOT / CSRC / spec["table"]):
@@ -142,9 +152,10 @@ def _ext_modules():
     built = [a for a in ARCHS if a in archs]
     defines = [f"-D{ARCHS[a]['define']}" for a in built]
     generic = ([str(CSRC / "quant" / "quant.cu")] + sorted(glob.glob(str(CSRC / "gemv" / "*.cu")))
-               + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))))
+               + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))) + [str(CSRC / "gemm" / "reference_kernel.cu")])
     # options.cpp in every build: the quantizer follows the SM90 launch mode wherever it runs.
     host = [str(CSRC / f) for f in ("ops.cpp", "host_queries.cpp", "linear/linear.cpp", "gemm/gemm.cpp",
+                                    "gemm/first_use.cpp",
                                     "gemm/sm90/options.cpp")]
     host += [str(CSRC / f) for a in built for f in ARCHS[a]["host"]]
     nvcc_common = ["-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
@@ -188,9 +199,11 @@ def _ext_modules():
                 units += sorted(glob.glob(str(ROOT / CSRC / ARCHS[arch]["kernels"])))
                 for src in units:
                     obj = out_dir / (Path(src).stem + f".sm{arch.replace('.', '')}.o")
-                    cmd = [nvcc, "-c", str(Path(src).resolve()), "-o", str(obj), *nvcc_common, *_gencode(arch),
+                    gencode = [f for a in [arch] + [x for x in ARCHS[arch].get("also_for", []) if x in archs]
+                               for f in _gencode(a)]
+                    cmd = [nvcc, "-c", str(Path(src).resolve()), "-o", str(obj), *nvcc_common, *gencode,
                            "-Xcompiler", "-fPIC", "-I", _cutlass_include(), "-I", str(ROOT / CSRC),
-                           "-Xptxas", "-v", *defines, *ARCHS[arch]["unit_flags"]]
+                           "-Xptxas", "-v", *defines, *ARCHS[arch].get("unit_flags", [])]
                     fresh = obj.exists() and obj.stat().st_mtime > max(Path(src).stat().st_mtime, newest_header)
                     jobs.append((src, obj, cmd, fresh))
             todo = [j for j in jobs if not j[3]]
@@ -206,6 +219,12 @@ def _ext_modules():
                 if proc.returncode != 0:
                     raise RuntimeError(f"nvcc failed on {src}:\n{proc.stderr[-6000:]}")
                 _say(f"built {src} ({log} has the ptxas report)")
+                # The spill summary in the build output itself (CI checks it: an editable build's logs are temporary).
+                spills = [(int(st), int(ld)) for st, ld in
+                          re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", proc.stdout + proc.stderr)]
+                if spills:
+                    _say(f"ptxas {obj.stem}: {len(spills)} kernel(s), most spill stores {max(s for s, _ in spills)} "
+                         f"bytes, most spill loads {max(l for _, l in spills)} bytes")
 
             with ThreadPoolExecutor(parallel) as pool:
                 list(pool.map(run, todo))

@@ -41,6 +41,7 @@ _SCHEMAS = {
     "gemm_k_plan": "gemm_k_plan(int row, int m, int n, int k, int sm_count) -> str",
     "gemm_table_plan": "gemm_table_plan(str table, int row, int m, int n, int k, int sm_count) -> str",
     "gemm_table_rows": "gemm_table_rows(str table) -> str",
+    "gemm_self_check": "gemm_self_check(str table) -> str",
     "build_info": "build_info() -> str",
     "set_sm90_pdl": "set_sm90_pdl(str mode) -> str",
     "set_gemm_table": "set_gemm_table(str table) -> str",
@@ -488,6 +489,16 @@ def gemm_table_rows(table: str) -> list:
     _need(table in GEMM_TABLES[1:], f"gemm_table_rows: table must be one of {', '.join(GEMM_TABLES[1:])}")
     _need(HAS_CUDA_KERNELS, f"gemm_table_rows needs the compiled extension ({_IMPORT_ERROR})")
     return json.loads(torch.ops.blockfp8.gemm_table_rows(table))
+
+
+def gemm_self_check(table: str) -> list:
+    """Each row of the W8A8 GEMM table ``table`` with its first-use self-check state in this process
+    (``unchecked``, ``passed`` or ``failed``, and the failure's detail). A table checks itself on the GPU it has
+    never run on here (SM89, SM120), or everywhere with ``BLOCKFP8_SELF_CHECK=always``; a failed row yields to the
+    reference kernel (``blockfp8_gemm``) or to dequantize + cuBLAS (``blockfp8_linear``)."""
+    _need(table in GEMM_TABLES[1:], f"gemm_self_check: table must be one of {', '.join(GEMM_TABLES[1:])}")
+    _need(HAS_CUDA_KERNELS, f"gemm_self_check needs the compiled extension ({_IMPORT_ERROR})")
+    return json.loads(torch.ops.blockfp8.gemm_self_check(table))
 
 
 def gemm_table_plan(table: str, m: int, n: int, k: int, sm_count: int, row: int = -1) -> Optional[dict]:

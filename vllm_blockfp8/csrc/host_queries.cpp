@@ -11,6 +11,7 @@
 #include "common/device.h"
 #include "common/tile_row.h"
 #include "fp4/fp4.h"
+#include "gemm/first_use.h"
 #include "gemm/gemm.h"
 #include "gemv/gemv.h"
 #include "linear/linear.h"
@@ -174,6 +175,10 @@ std::string op_gemm_table_rows(std::string table) {
   return rows_json(gemm::num_rows(arch), [&](int i) -> const TileRow& { return gemm::row(arch, i); });
 }
 
+// The first-use self-check state of each row of a GEMM table by name (gemm/first_use.h): "[]" for a table this build
+// lacks.
+std::string op_gemm_self_check(std::string table) { return gemm::self_check_json(table_by_name(table)); }
+
 bool op_gemv_pins_residency(int64_t column_blocks, int64_t sm_count, int64_t ksplit, int64_t m_tiles) {
   return gemv::pins_residency(column_blocks, int(sm_count), int(ksplit), int(m_tiles));
 }
@@ -227,6 +232,7 @@ STABLE_TORCH_LIBRARY_IMPL(blockfp8, CompositeExplicitAutograd, m) {
   m.impl("gemm_k_plan", TORCH_BOX(&blockfp8::op_gemm_k_plan));
   m.impl("gemm_table_plan", TORCH_BOX(&blockfp8::op_gemm_table_plan));
   m.impl("gemm_table_rows", TORCH_BOX(&blockfp8::op_gemm_table_rows));
+  m.impl("gemm_self_check", TORCH_BOX(&blockfp8::op_gemm_self_check));
   m.impl("build_info", TORCH_BOX(&blockfp8::op_build_info));
   m.impl("set_sm90_pdl", TORCH_BOX(&blockfp8::op_set_sm90_pdl));
   m.impl("set_gemm_table", TORCH_BOX(&blockfp8::op_set_gemm_table));

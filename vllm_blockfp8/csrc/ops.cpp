@@ -22,7 +22,9 @@
 #include "common/tile_row.h"
 #include "common/vector_rows.h"
 #include "fp4/fp4.h"
+#include "gemm/first_use.h"
 #include "gemm/gemm.h"
+#include "gemm/reference.h"
 #include "gemv/gemv.h"
 #include "linear/linear.h"
 #include "quant/quant.h"
@@ -235,6 +237,11 @@ Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const T
   p.sm_count = dev.sm_count;
   p.arch = arch;
   const gemm::Plan plan = pick_row<GemmFamily>(int(row), p);
+  // A row that failed its first-use self-check (or is unchecked inside a graph capture) yields to the reference.
+  if (m > 0 && !gemm::row_usable(p, plan.row, dev.cc, current_stream(a))) {
+    check_cuda(gemm::launch_reference(p, nullptr, nullptr, current_stream(a)), "reference GEMM");
+    return out;
+  }
   std::optional<Tensor> workspace;
   const size_t ws = gemm::workspace_bytes(p, plan);
   if (ws > 0) {
@@ -305,6 +312,15 @@ Tensor op_linear(Tensor x, Tensor b, Tensor b_scale, std::optional<Tensor> bias,
       out = run_gemv(x, b, b_scale, -1, dev);
       break;
     case linear::Path::kW8A8: {
+      // The GEMM row this call would run, where it failed its first-use self-check (or is unchecked inside a graph
+      // capture): the dequantize + cuBLAS path instead.
+      const gemm::Problem planned = linear::gemm_shape(shape);
+      const gemm::Plan gemm_plan = gemm::plan(planned);
+      if (x.size(0) > 0 && gemm_plan.row >= 0 &&
+          !gemm::row_usable(planned, gemm_plan.row, dev.cc, current_stream(x))) {
+        out = dequant_matmul(x, b, b_scale);
+        break;
+      }
       // A strided x is made contiguous first, as the H200-tested path did; the quantizer could
       // read it in place (the op does), which the next GPU run can measure and then adopt here.
       Tensor xc = x.is_contiguous() ? x : torch::stable::contiguous(x);

@@ -1,0 +1,30 @@
+// First-use self-check of the W8A8 GEMM rows that have never run on their hardware here (DESIGN.md): the SM89 table
+// on an SM89 GPU and the SM120 table on an SM120 GPU (SM90 is hardware-tested). The first call that is about to run
+// such a row runs it once on a small deterministic problem against the reference kernel (reference.h); a mismatch
+// prints one warning naming the row and disables the row for the process: the direct GEMM op then runs the
+// reference kernel and the linear op dequantizes + cuBLAS. Arch-neutral: every table's rows go through it.
+//
+// Test switches (docs/DEVELOPING.md), read once:
+//   BLOCKFP8_SELF_CHECK=always          check the rows of every table, hardware-tested ones and forced tables too
+//   BLOCKFP8_SELF_CHECK_CORRUPT=<row>   perturb that row's output inside its check (forces the mismatch path)
+#pragma once
+
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "gemm.h"
+
+namespace blockfp8::gemm {
+
+// Whether row `row` of the table p.arch may run on this call: true where the row needs no check or passed it;
+// false where it failed (for the process) or where it is unchecked and stream s is capturing a CUDA graph (a check
+// never runs inside a capture: the safe path serves that call, the next eager call checks). Runs the check on s
+// (synchronizing s) on the first eligible call. p supplies the table (p.arch) and sm_count only.
+bool row_usable(const Problem& p, int row, int device_cc, cudaStream_t s);
+
+// The rows' check states of table `arch` as JSON: [{"name", "state": "unchecked" | "passed" | "failed",
+// "detail"}].
+std::string self_check_json(int arch);
+
+}  // namespace blockfp8::gemm
