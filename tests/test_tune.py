@@ -239,7 +239,7 @@ def _run_logged(env_extra, *argv):
 def _other_gemv_row():
     rows = [r["name"] for r in ops.tile_table("gemv")]
     chosen = ops.selected_row("gemv", 8, 4096, 4096)
-    others = [r for r in rows if r != chosen and not ops.torch.ops.blockfp8.row_rejects(
+    others = [r for r in rows if r != chosen and not torch.ops.blockfp8.row_rejects(
         "gemv", rows.index(r), 8, 4096, 4096, 0, 4096)]
     if not others:
         pytest.skip("no second gemv row takes M=8 N=4096 K=4096 on this GPU")
