@@ -12,11 +12,13 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -83,6 +85,15 @@ def _cuda_home():
     if CUDA_HOME and Path(CUDA_HOME, "bin", "nvcc").exists():
         return CUDA_HOME
     return None
+
+
+def _source_hash(archs: list[str]) -> str:
+    """A hash of every compiled source and the arch list (build_info's build_hash): a `blockfp8 tune` file
+    measured on another build is stale."""
+    h = hashlib.sha256(";".join(archs).encode())
+    for path in sorted(p for ext in ("cu", "cuh", "cpp", "h") for p in (ROOT / CSRC).rglob(f"*.{ext}")):
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def _gencode(arch: str, ptx: bool = False) -> list[str]:
@@ -154,9 +165,8 @@ def _ext_modules():
     generic = ([str(CSRC / "quant" / "quant.cu")] + sorted(glob.glob(str(CSRC / "gemv" / "*.cu")))
                + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))) + [str(CSRC / "gemm" / "reference_kernel.cu")])
     # options.cpp in every build: the quantizer follows the SM90 launch mode wherever it runs.
-    host = [str(CSRC / f) for f in ("ops.cpp", "host_queries.cpp", "linear/linear.cpp", "gemm/gemm.cpp",
-                                    "gemm/first_use.cpp",
-                                    "gemm/sm90/options.cpp")]
+    host = [str(CSRC / f) for f in ("ops.cpp", "host_queries.cpp", "common/overrides.cpp", "linear/linear.cpp",
+                                    "gemm/gemm.cpp", "gemm/first_use.cpp", "gemm/sm90/options.cpp")]
     host += [str(CSRC / f) for a in built for f in ARCHS[a]["host"]]
     nvcc_common = ["-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
     generic_gencode = []
@@ -180,13 +190,22 @@ def _ext_modules():
             generated = Path(self.build_temp) / "generated"
             generated.mkdir(parents=True, exist_ok=True)
             # A header, not a -D flag: the arch list holds ';', which the build shell would split on.
-            header, text = generated / "blockfp8_build.h", f'#define BLOCKFP8_ARCHS "{";".join(archs)}"\n'
+            header = generated / "blockfp8_build.h"
+            text = (f'#define BLOCKFP8_ARCHS "{";".join(archs)}"\n'
+                    f'#define BLOCKFP8_BUILD_HASH "{_source_hash(archs)}"\n')
             if not header.exists() or header.read_text() != text:  # unchanged: its includers keep their objects
                 header.write_text(text)
             for ext in self.extensions:
                 ext.extra_objects = list(ext.extra_objects or []) + objects
                 ext.include_dirs.append(str(generated.resolve()))
+            # torch's own build prints nothing per file unless `pip install -v`; say what the silence is.
+            jobs = os.environ.get("MAX_JOBS", "all cores")
+            _say(f"compiling the generic extension next: {len(generic)} CUDA units x {len(archs)} arch(s) and "
+                 f"{len(host)} host files, {jobs} job(s) at a time; roughly 5-10 min per arch on 2 cores "
+                 "(pip install -v shows each nvcc command)")
+            start = time.monotonic()
             super().build_extensions()
+            _say(f"built the generic extension in {time.monotonic() - start:.0f} s")
 
         def _compile_arch_units(self, out_dir: Path) -> list[str]:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -209,16 +228,20 @@ def _ext_modules():
             todo = [j for j in jobs if not j[3]]
             parallel = max(1, int(os.environ.get("BLOCKFP8_ARCH_JOBS", "2")))
             if todo:
-                _say(f"compiling {len(todo)} arch-specific unit(s), {parallel} at a time")
+                _say(f"compiling {len(todo)} arch-specific unit(s), {parallel} at a time (each ~2-3 min and "
+                     "4-5 GB on 2 cores)")
+            done = iter(range(1, len(todo) + 1))  # next() under the GIL: each finished unit takes one number
 
             def run(job):
                 src, obj, cmd, _ = job
+                start = time.monotonic()
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 log = obj.with_suffix(".log")
                 log.write_text(proc.stdout + proc.stderr)
                 if proc.returncode != 0:
                     raise RuntimeError(f"nvcc failed on {src}:\n{proc.stderr[-6000:]}")
-                _say(f"built {src} ({log} has the ptxas report)")
+                _say(f"[{next(done)}/{len(todo)}] built {Path(src).name} in {time.monotonic() - start:.0f} s "
+                     f"({log} has the ptxas report)")
                 # The spill summary in the build output itself (CI checks it: an editable build's logs are temporary).
                 spills = [(int(st), int(ld)) for st, ld in
                           re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", proc.stdout + proc.stderr)]

@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 import vllm_blockfp8
 from vllm_blockfp8 import cli, ops
 
-SUBCOMMANDS = ("quantize", "info", "bench", "demo")
+SUBCOMMANDS = ("quantize", "info", "bench", "tune", "demo")
 CHECKOUT = Path(__file__).resolve().parents[1]
 
 

@@ -1,7 +1,8 @@
 """The ``blockfp8`` console script (also ``python -m vllm_blockfp8``).
 
 Subcommands: ``quantize`` (write a block FP8 / NVFP4 checkpoint), ``info`` (versions, GPU, compiled
-kernels, tile tables), ``bench`` (the repository's benchmark scripts), ``demo`` (end-to-end demo).
+kernels, tile tables, rows in force), ``bench`` (the repository's benchmark scripts), ``tune`` (measure a model's
+layers and write the rows that beat the tables), ``demo`` (end-to-end demo).
 Heavy imports (torch, vLLM) happen inside the subcommands so ``--help`` stays instant.
 Exit status: 0 success, 2 refused (bad input, nothing written), 130 interrupted.
 """
@@ -71,6 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dry-run", action="store_true", help="no GPU needed: fake timings through the table, "
                    "JSON and plot code")
     b.set_defaults(func=_cmd_bench)
+
+    t = sub.add_parser("tune", help="time every kernel row on a model's layer shapes; write the winners",
+                       description="For each distinct (N, K) of MODEL_DIR's block-FP8 or NVFP4 linear layers and "
+                       "each M bucket, time every row of the family that serves that M (CUDA graphs, rotating "
+                       "weight copies) and write the rows that beat the table's choice by >= 3% to "
+                       "MODEL_DIR/blockfp8_tuned.json, which `vllm serve` then loads (this GPU, driver, CUDA and "
+                       "build only). Needs a GPU and a source checkout (the benchmark harness), except --dry-run.")
+    t.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help="the quantized checkpoint's directory")
+    t.add_argument("--out", type=Path, default=None, help="where to write (default MODEL_DIR/blockfp8_tuned.json)")
+    t.add_argument("--m", default=None, metavar="M,M,...", help="M buckets (default: vllm_blockfp8.shapes.TUNE_M)")
+    t.add_argument("--dry-run", action="store_true", help="no GPU needed: fake rows and timings through the loop "
+                   "and the writer (the file it writes matches no machine, so it is never applied)")
+    t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress lines on stderr")
+    t.set_defaults(func=_cmd_tune)
 
     d = sub.add_parser("demo", help="end-to-end demo (vllm_blockfp8.demo)",
                        description="Run the end-to-end demo in vllm_blockfp8.demo.")
@@ -181,6 +196,32 @@ def _cmd_bench(args, extra) -> int:
         rc = _run_script(root, stem, _bench_argv(args, extra, fixed, op if len(runs) > 1 else None))
         if rc:
             return rc
+    return 0
+
+
+def _cmd_tune(args, extra) -> int:
+    from vllm_blockfp8 import shapes
+    from vllm_blockfp8.tools import tune
+    from vllm_blockfp8.tools.paths import CheckpointError
+
+    try:
+        buckets = tune.parse_buckets(args.m) if args.m else shapes.TUNE_M
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    if not args.dry_run:
+        root = benchmarks_dir()
+        if not root.is_dir():
+            raise CliError(f"no benchmarks/ directory at {root}: `blockfp8 tune` times with the benchmark harness "
+                           "of a source checkout (git clone, then pip install -e .)")
+        sys.path.insert(0, str(root.parent))
+    try:
+        doc = tune.main(args.model_dir, args.out, args.dry_run, buckets, show_progress=args.progress)
+    except CheckpointError as e:
+        raise CliError(str(e)) from None
+    print(f"wrote {doc['path']}: {len(doc['measurements'])} points measured, {len(doc['overrides'])} override(s) "
+          f"with >= {doc['min_gain']:.0%} gain")
+    for o in doc["overrides"]:
+        print(f"  {o['family']:<6} N={o['n']} K={o['k']} M={o['m_min']}..{o['m_max']}: {o['row']} (+{o['gain']:.1%})")
     return 0
 
 

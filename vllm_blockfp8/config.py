@@ -51,6 +51,26 @@ def detect_format(cfg: Optional[dict]) -> Optional[str]:
     return None
 
 
+_started = False
+
+
+def _startup_once() -> None:
+    """In the worker, where the GPU and the model are known, before the first linear layer is built: BLOCKFP8_FORCE's
+    rows against this GPU's tables (a ValueError listing the valid rows stops `vllm serve` here), and the model's
+    tuned overrides (`blockfp8 tune`) handed to the ops."""
+    global _started
+    if _started:
+        return
+    _started = True
+    from vllm.config import get_current_vllm_config
+
+    from . import ops, tuning
+
+    ops.check_forced_rows()
+    model_config = getattr(get_current_vllm_config(), "model_config", None)
+    tuning.load(tuning.model_dir_of(getattr(model_config, "model", None)))
+
+
 class BlockFp8Config(QuantizationConfig):
     """vLLM QuantizationConfig ``blockfp8``."""
 
@@ -168,6 +188,7 @@ class BlockFp8Config(QuantizationConfig):
         from vllm.model_executor.layers.fused_moe import RoutedExperts
 
         if isinstance(layer, LinearBase):
+            _startup_once()
             if self.is_layer_ignored(prefix):
                 return UnquantizedLinearMethod()
             from .layers.linear import BlockFp8LinearMethod, Nvfp4LinearMethod

@@ -45,6 +45,8 @@ _SCHEMAS = {
     "build_info": "build_info() -> str",
     "set_sm90_pdl": "set_sm90_pdl(str mode) -> str",
     "set_gemm_table": "set_gemm_table(str table) -> str",
+    "set_tuned_rows": "set_tuned_rows(str entries) -> str",
+    "tuned_rows": "tuned_rows() -> str",
 }
 
 _lib = torch.library.Library("blockfp8", "DEF")  # noqa: TOR901 - the schemas' one home
@@ -92,6 +94,33 @@ def check_sm90_env(environ=None) -> None:
 
 
 check_sm90_env()
+
+# BLOCKFP8_FORCE=family:ROW[,family:ROW...] makes each named family run ROW wherever a call requests no row (under
+# `vllm serve`, every call). The op reads the variable itself (ops.cpp pick_row), so the traced graph stays one node;
+# a row that refuses a problem falls back to the table's choice with one line on stderr. Syntax and family are
+# checked here, at import; row names need the GPU's tables (check_forced_rows).
+FORCE_ENV = "BLOCKFP8_FORCE"
+
+
+def parse_force(value: str) -> dict:
+    """{family: row name} of a BLOCKFP8_FORCE value; ValueError naming the bad piece."""
+    forced = {}
+    for piece in (value or "").split(","):
+        if not piece.strip():
+            continue
+        family, sep, row = (part.strip() for part in piece.partition(":"))
+        if not sep or not family or not row:
+            raise ValueError(f"{FORCE_ENV}={value!r}: {piece.strip()!r} is not family:ROW "
+                             f"(families: {', '.join(FAMILIES)})")
+        if family not in FAMILIES:
+            raise ValueError(f"{FORCE_ENV}={value!r}: unknown family {family!r}; families: {', '.join(FAMILIES)}")
+        if family in forced:
+            raise ValueError(f"{FORCE_ENV}={value!r}: family {family!r} is named twice")
+        forced[family] = row
+    return forced
+
+
+FORCED_ROWS = parse_force(os.environ.get(FORCE_ENV, ""))
 
 try:
     _load_extension()
@@ -385,6 +414,8 @@ if not HAS_CUDA_KERNELS:
     _lib.impl("gemv_pins_residency", lambda cb, sm, ks, mt: False, "CompositeExplicitAutograd")
     _lib.impl("gemm_k_plan", lambda row, m, n, k, sm: "", "CompositeExplicitAutograd")
     _lib.impl("set_sm90_pdl", lambda mode: "0", "CompositeExplicitAutograd")
+    _lib.impl("set_tuned_rows", lambda entries: "", "CompositeExplicitAutograd")
+    _lib.impl("tuned_rows", lambda: "", "CompositeExplicitAutograd")
 
 
 def tile_table(family: str) -> list:
@@ -406,6 +437,48 @@ def selected_row(family: str, m: int, n: int, k: int) -> Optional[str]:
         return None
     i = torch.ops.blockfp8.select_row(family, m, n, k)
     return rows[i]["name"] if i >= 0 else None
+
+
+def check_forced_rows(forced: Optional[dict] = None) -> None:
+    """ValueError where a BLOCKFP8_FORCE row (``forced``: FORCED_ROWS) is not in its family's table on this GPU,
+    listing the valid rows. Where the tables cannot be read (no GPU, no extension) there is nothing to check: the
+    kernels do not run there either. Called where vLLM builds the linear methods, so `vllm serve` fails at startup."""
+    forced = FORCED_ROWS if forced is None else forced
+    if not forced or kernels_unavailable_reason() is not None:
+        return
+    for family, row in forced.items():
+        names = [r["name"] for r in tile_table(family)]
+        if row not in names:
+            where = " (the GEMM's rows follow BLOCKFP8_GEMM_TABLE)" if family in ("gemm", "linear") else ""
+            raise ValueError(f"{FORCE_ENV}: no {family} row {row!r} on this GPU{where}; valid {family} rows: "
+                             f"{', '.join(names) or 'none (this build has no such kernels for this GPU)'}")
+
+
+TUNED_FIELDS = ("family", "n", "k", "m_min", "m_max", "row")
+
+
+def set_tuned_rows(entries) -> None:
+    """Replace the op's tuned table: dicts with TUNED_FIELDS (``blockfp8 tune``'s overrides; tuning.py loads them
+    from a file). A call that requests no row and matches (family, N, K, m_min <= M <= m_max) runs the entry's row
+    where it can run the call (else the table's choice, one line on stderr); BLOCKFP8_FORCE wins over it. An empty
+    list clears the table. Without the compiled extension there is no table and this does nothing."""
+    lines = []
+    for e in entries:
+        _need(set(TUNED_FIELDS) <= set(e), f"tuned entry {e!r} lacks {sorted(set(TUNED_FIELDS) - set(e))}")
+        _need(e["family"] in FAMILIES and str(e["row"]).isprintable() and " " not in str(e["row"]),
+              f"tuned entry {e!r}: family must be one of {FAMILIES} and row a name")
+        lines.append(" ".join(str(e[f]) for f in TUNED_FIELDS))
+    why = torch.ops.blockfp8.set_tuned_rows("\n".join(lines))
+    _need(not why, f"set_tuned_rows: {why}")
+
+
+def tuned_rows() -> list:
+    """The op's tuned table in force (set_tuned_rows' dicts)."""
+    out = []
+    for line in torch.ops.blockfp8.tuned_rows().splitlines():
+        values = line.split()
+        out.append({f: (v if f in ("family", "row") else int(v)) for f, v in zip(TUNED_FIELDS, values)})
+    return out
 
 
 def gemv_pins_residency(column_blocks: int, sm_count: int, ksplit: int, m_tiles: int) -> bool:

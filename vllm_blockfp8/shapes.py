@@ -66,6 +66,9 @@ MID_M = (32, 64, 128, 256)
 PREFILL_M = (1024, 2048, 4096, 8192)
 ADVERSARIAL_M = (1, 7, 83)
 QUANT_M = (1, 16, 128, 1024, 2048, 4096, 8192)
+# `blockfp8 tune`'s M buckets: decode, speculative decode, mid, prefill. Bucket b serves M above the bucket before
+# it up to b (tuning.m_ranges); M past the last keeps the table's choice.
+TUNE_M = (1, 4, 8, 16) + (32, 64) + (128, 256, 512) + (1024, 2048, 4096)
 
 
 # Every named set, by the name the benchmarks' --shapes option takes (benchmarks/harness.py).

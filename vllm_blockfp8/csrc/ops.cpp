@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -19,6 +20,7 @@
 #include <tuple>
 
 #include "common/device.h"
+#include "common/overrides.h"
 #include "common/tile_row.h"
 #include "common/vector_rows.h"
 #include "fp4/fp4.h"
@@ -154,12 +156,46 @@ struct LinearFamily {
   static int64_t n(const Problem& s) { return s.n; }
 };
 
-// The family's choice (requested < 0), or the forced row `requested` where it can run p; logged by name.
+// The index of the row named `name` where it can run p, else -1 with one stderr line per (source, family, row): a row
+// the environment or a tuned file names must never stop a call the family itself can serve.
+template <typename F>
+int usable_row(const char* name, const char* source, const typename F::Problem& p) {
+  for (int i = 0; i < F::num_rows(p); ++i) {
+    if (std::strcmp(F::row(i, p).name, name) != 0) continue;
+    const char* why = F::rejects(i, p);
+    if (why == nullptr && F::index(F::forced(i, p)) >= 0) return i;
+    overrides::note_once(std::string(source) + "/" + F::kName + "/" + name,
+                         std::string(source) + ": " + F::kName + " row " + name + " cannot run M=" +
+                             std::to_string(p.m) + " N=" + std::to_string(F::n(p)) + " K=" + std::to_string(p.k) +
+                             " (" + (why ? why : "no plan") + "); the table's own choice serves it" +
+                             " (logged once per row)");
+    return -1;
+  }
+  overrides::note_once(std::string(source) + "/" + F::kName + "/" + name,
+                       std::string(source) + ": no " + F::kName + " row named " + name +
+                           " in this GPU's table; the table's own choice serves every call");
+  return -1;
+}
+
+// The row chosen from outside the table for a call that requests none: BLOCKFP8_FORCE's row for the family, else
+// the tuned entry for (N, K, M); -1 for the family's own choice. Host work only, so a captured graph keeps one node.
+template <typename F>
+int outside_row(const typename F::Problem& p) {
+  if (const char* name = overrides::forced(F::kName)) return usable_row<F>(name, "BLOCKFP8_FORCE", p);
+  const auto table = overrides::tuned();
+  if (!table) return -1;
+  const char* name = overrides::tuned_row(*table, F::kName, p.m, F::n(p), p.k);
+  return name == nullptr ? -1 : usable_row<F>(name, "tuned config", p);
+}
+
+// The family's choice (requested < 0; BLOCKFP8_FORCE or a tuned entry first), or the forced row `requested` where it
+// can run p; logged by name.
 template <typename F>
 typename F::Choice pick_row(int requested, const typename F::Problem& p) {
   typename F::Choice c;
   if (requested < 0) {
-    c = F::choose(p);
+    const int outside = outside_row<F>(p);
+    c = outside >= 0 ? F::forced(outside, p) : F::choose(p);
     STD_TORCH_CHECK(F::index(c) >= 0, "blockfp8: no ", F::kName, " row takes M=", p.m, " N=", F::n(p), " K=", p.k);
   } else {
     STD_TORCH_CHECK(requested < F::num_rows(p), "blockfp8: ", F::kName, " row ", requested, " out of range");

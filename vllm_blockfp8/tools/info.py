@@ -59,7 +59,40 @@ def collect() -> dict:
         except Exception as e:
             tables[family] = {"error": _error(e)}
     info["tile_tables"] = tables
+    try:
+        info["overrides"] = _overrides(ops)
+    except Exception as e:
+        info["overrides"] = {"error": _error(e)}
     return info
+
+
+def _overrides(ops) -> dict:
+    """Rows chosen from outside the tables: BLOCKFP8_FORCE (checked against this GPU's tables) and the tuned file
+    BLOCKFP8_TUNED_CONFIG names (checked against this machine; a model's own file is found by `vllm serve`)."""
+    import os
+
+    from vllm_blockfp8 import tuning
+
+    checked = ops.kernels_unavailable_reason() is None
+    out = {"force": dict(ops.FORCED_ROWS), "force_checked": checked, "force_error": None, "tuned_config": None}
+    try:
+        ops.check_forced_rows()
+    except Exception as e:
+        out["force_error"] = str(e)
+    path = tuning.find(None)
+    if path is not None:
+        entry = {"path": str(path)}
+        try:
+            key = tuning.machine_key()
+            entry["overrides"] = tuning.parse(path.read_text(), key)
+            if key is None:
+                entry["ignored"] = "the kernels cannot run in this process"
+        except (OSError, tuning.TunedFileError) as e:
+            entry["ignored"] = str(e)
+        out["tuned_config"] = entry
+    elif os.environ.get(tuning.ENV):
+        out["tuned_config"] = {"path": None, "ignored": f"{tuning.ENV}=none"}
+    return out
 
 
 def _why_empty(info: dict, family: str) -> str:
@@ -95,6 +128,22 @@ def render(info: dict) -> str:
             lines.append(f"  extension import failed: {ext['import_error']}")
     if "kernels_unavailable" in info:
         lines.append(f"CUDA kernels   {'cannot run: ' + info['kernels_unavailable'] if info['kernels_unavailable'] else 'ready'}")
+    over = info.get("overrides", {})
+    if over.get("error"):
+        lines.append(f"overrides      unknown: {over['error']}")
+    if over.get("force"):
+        forced = ", ".join(f"{f}:{r}" for f, r in over["force"].items())
+        state = (f"refused: {over['force_error']}" if over.get("force_error")
+                 else "in force wherever a call requests no row" if over.get("force_checked")
+                 else "row names unchecked: the kernels cannot run here")
+        lines.append(f"BLOCKFP8_FORCE {forced} ({state})")
+    tuned = over.get("tuned_config")
+    if tuned:
+        state = (f"ignored: {tuned['ignored']}" if "ignored" in tuned
+                 else f"{len(tuned['overrides'])} override(s) for this machine")
+        lines.append(f"tuned config   {tuned['path']}: {state}")
+        for o in tuned.get("overrides", []):
+            lines.append(f"  {o['family']:<6} N={o['n']} K={o['k']} M={o['m_min']}..{o['m_max']} -> {o['row']}")
     for family, rows in info.get("tile_tables", {}).items():
         if isinstance(rows, dict):
             lines.append(f"tile table {family}: error: {rows['error']}")
