@@ -96,6 +96,15 @@ def test_rejects_output_rows_that_tma_cannot_store(n):
 
 
 @host
+def test_rejects_scale_layouts_past_int32():
+    """The CUTLASS scale layouts carry int32 strides: ceil(n / 128) * k / 128 and a_scale_ld * k / 128."""
+    with pytest.raises(ValueError, match="fit in int32"):
+        _plan(1, 1 << 30, 1 << 20)
+    with pytest.raises(ValueError, match="fit in int32"):
+        _plan(1 << 26, 256, 1 << 12)
+
+
+@host
 def test_rejects_k_not_a_multiple_of_128_and_bad_rows():
     with pytest.raises(ValueError, match="multiple of 128"):
         _plan(16, 256, 3884)

@@ -32,6 +32,7 @@ const char* rejects(const Problem& p) {
   // carry int32 strides.
   if (p.a_scale_ld < p.m) return "a_scale_ld must be >= m";
   if (p.a_scale_ld > kMaxInt32 / (p.k / 128)) return "a_scale_ld * k / 128 must fit in int32";
+  if ((p.n + 127) / 128 > kMaxInt32 / (p.k / 128)) return "ceil(n / 128) * k / 128 must fit in int32";
   if (!aligned(p.a, 16) || !aligned(p.b, 16) || !aligned(p.d, 16)) return "a, b and d must be 16-byte aligned (TMA)";
   if (!aligned(p.a_scale, 4) || !aligned(p.b_scale, 4)) return "a_scale and b_scale must be 4-byte aligned";
   if (p.sm_count <= 0) return "sm_count must be > 0";
