@@ -2,10 +2,11 @@
 
 * Generic kernels (quantizer, FP8 GEMV, NVFP4 GEMV and W4A16 GEMM) are compiled for every arch in TORCH_CUDA_ARCH_LIST
   (default ``8.9;9.0a;12.0a``), plus PTX of the lowest arch so newer GPUs can JIT them.
-* Arch-specific kernels (``csrc/gemm/sm90/``: CUTLASS wgmma) are compiled only for their arch, by this
+* Arch-specific kernels (``csrc/gemm/sm90/``: CUTLASS wgmma; ``csrc/gemm/sm120/``: CUTLASS's SM120 blockwise
+  collective) are compiled only for their arch, by this
   file, with at most BLOCKFP8_ARCH_JOBS (default 2) nvcc processes at once: each CUTLASS translation
   unit takes ~2.5 min and 4-5 GB on 2 cores. One unit per CUTLASS row is generated here, at build
-  time, from the arch's one row list (``gemm/sm90/table.h``); nothing is compiled at run time.
+  time, from the arch's one row list (``gemm/<arch>/table.h``); nothing is compiled at run time.
 * Without nvcc the package installs as pure Python (the reference backend serves every op).
 """
 
@@ -58,6 +59,18 @@ ARCHS = {
         "host": ["gemm/sm90/plan.cpp", "gemm/sm90/dispatch.cpp"],
         "define": "BLOCKFP8_HAS_SM90_GEMM",
         "unit_flags": ["-DCUTLASS_GDC_ENABLED"],
+    },
+    # SM120 (RTX 5090, RTX PRO 6000): CUTLASS 4.2's SM120 blockwise-scaled collective, one unit per row of
+    # gemm/sm120/table.h (compile-checked only; gemm/sm120/NOTES.md).
+    "12.0a": {
+        "table": "gemm/sm120/table.h",
+        "generate": "cutlass_kernel",
+        "unit_header": "gemm/sm120/kernels/cutlass_gemm.cuh",
+        "unit_macro": "BLOCKFP8_SM120_ROW_UNIT",
+        "kernels": "gemm/sm120/kernels/*.cu",
+        "host": ["gemm/sm120/plan.cpp", "gemm/sm120/dispatch.cpp"],
+        "define": "BLOCKFP8_HAS_SM120_GEMM",
+        "unit_flags": [],
     },
 }
 # TORCH_TARGET_VERSION 2.11: use only stable-ABI calls that torch 2.11 provides, so this build

@@ -295,7 +295,7 @@ def blockfp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_sca
           f"a_scale must be float32 [M, K/128] = {[m, k // 128]}, got {a_scale.dtype} {list(a_scale.shape)}")
     _need(a_scale.device == a.device, f"a_scale is on {a_scale.device} but a is on {a.device}")
     if a.is_cuda and HAS_CUDA_KERNELS:
-        _need(bool(tile_table("gemm")), "blockfp8_gemm: this GPU has no W8A8 GEMM kernel (built for SM90); "
+        _need(bool(tile_table("gemm")), "blockfp8_gemm: this GPU has no W8A8 GEMM kernel (tables exist for SM90 and SM120, where built); "
               "use blockfp8_linear, which falls back to dequantize + cuBLAS")
         if row is None:
             _need(torch.ops.blockfp8.select_row("gemm", m, b.shape[0], k) >= 0,
