@@ -49,6 +49,14 @@ ARCHS = {
         "define": "BLOCKFP8_HAS_SM90_GEMM",
         "unit_flags": ["-DCUTLASS_GDC_ENABLED"],
     },
+    # Native NVFP4 x NVFP4 GEMM (csrc/fp4/sm120/: hand-written units, one per tile; its table is fp4/sm120/table.cpp,
+    # compiled in every build). No generated units.
+    "12.0a": {
+        "kernels": "fp4/sm120/*.cu",
+        "host": [],
+        "define": "BLOCKFP8_HAS_SM120_NVFP4",
+        "unit_flags": [],
+    },
 }
 # TORCH_TARGET_VERSION 2.11: use only stable-ABI calls that torch 2.11 provides, so this build
 # loads on every later torch too.
@@ -100,6 +108,8 @@ def _generate_units(arch: str, out_dir: Path) -> list[str]:
     """One unit per generated row of the arch's table (rewritten only when its text changes, so an unchanged
     unit keeps its object)."""
     spec = ARCHS[arch]
+    if "table" not in spec:  # the arch has hand-written units only
+        return []
     out_dir.mkdir(parents=True, exist_ok=True)
     units = []
     for name, kind in _table_rows(ROOT / CSRC / spec["table"]):
@@ -145,7 +155,7 @@ def _ext_modules():
                + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))))
     # options.cpp in every build: the quantizer follows the SM90 launch mode wherever it runs.
     host = [str(CSRC / f) for f in ("ops.cpp", "host_queries.cpp", "linear/linear.cpp", "gemm/gemm.cpp",
-                                    "gemm/sm90/options.cpp")]
+                                    "gemm/sm90/options.cpp", "fp4/sm120/table.cpp")]
     host += [str(CSRC / f) for a in built for f in ARCHS[a]["host"]]
     nvcc_common = ["-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
     generic_gencode = []
