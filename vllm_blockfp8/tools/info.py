@@ -7,6 +7,7 @@ such instead of failing, so ``info`` is the first thing to run when something do
 from __future__ import annotations
 
 import json
+import os
 from importlib import metadata
 
 FAMILIES = ("linear", "gemv", "gemm", "quant", "nvfp4")
@@ -58,13 +59,20 @@ def collect() -> dict:
             tables[family] = [dict(row) for row in ops.tile_table(family)]
         except Exception as e:
             tables[family] = {"error": _error(e)}
+    try:  # the SM120 native NVFP4 rows are listed from the build alone (no GPU needed)
+        tables["nvfp4_native"] = [dict(row) for row in ops.nvfp4_native_rows()]
+    except Exception as e:
+        tables["nvfp4_native"] = {"error": _error(e)}
     info["tile_tables"] = tables
+    info["nvfp4_w4a16_forced"] = os.environ.get("BLOCKFP8_NVFP4_W4A16", "0") not in ("", "0")
     return info
 
 
 def _why_empty(info: dict, family: str) -> str:
     if not info.get("extension", {}).get("compiled"):
         return "no compiled extension"
+    if family == "nvfp4_native":
+        return "this build has no sm_120a"
     if not info.get("gpu") and family != "quant":
         return "no CUDA GPU: the table depends on the GPU's arch"
     return "this build has no rows for this GPU"
@@ -95,6 +103,8 @@ def render(info: dict) -> str:
             lines.append(f"  extension import failed: {ext['import_error']}")
     if "kernels_unavailable" in info:
         lines.append(f"CUDA kernels   {'cannot run: ' + info['kernels_unavailable'] if info['kernels_unavailable'] else 'ready'}")
+    if info.get("nvfp4_w4a16_forced"):
+        lines.append("NVFP4          BLOCKFP8_NVFP4_W4A16 is set: weight-only (W4A16) on every GPU, SM120 included")
     for family, rows in info.get("tile_tables", {}).items():
         if isinstance(rows, dict):
             lines.append(f"tile table {family}: error: {rows['error']}")
