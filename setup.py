@@ -32,11 +32,11 @@ DEFAULT_ARCHS = "8.9;9.0a;12.0a"
 #   table        the arch's one row list; each row whose kernel is `generate` gets a generated unit that
 #                includes `unit_header` and expands `unit_macro("<row name>")` (one unit per row so that
 #                the build compiles the rows in parallel; the unit is named after the row, as its ptxas log)
-#   kernels      hand-written kernel units of the arch
+#   kernels      hand-written kernel units of the arch (a glob, or a list of globs)
 #   also_for     further archs the units are compiled for (gencode), where those are in the arch list too: the SM89
 #                mma.sync rows run on sm_90a as well, so the H200 tests them as forced rows (BLOCKFP8_GEMM_TABLE=sm89)
 #   host         host-only files of the arch (compiled into the extension with the generic host files)
-#   define       set for every file when the arch is built
+#   define       macros set for every file when the arch is built (a list)
 #   unit_flags   flags for the arch's own units only. CUTLASS_GDC_ENABLED turns CUTLASS's grid-dependency
 #                control on in the SM90 kernels (griddepcontrol.wait before the producers' first global read),
 #                which programmatic dependent launch needs; cutlass_gemm.cuh adds the scale-copy warp's wait.
@@ -47,7 +47,7 @@ ARCHS = {
     "8.9": {
         "kernels": "gemm/sm89/*.cu",
         "host": ["gemm/sm89/plan.cpp"],
-        "define": "BLOCKFP8_HAS_SM89_GEMM",
+        "define": ["BLOCKFP8_HAS_SM89_GEMM"],
         "also_for": ["9.0a"],
     },
     "9.0a": {
@@ -57,25 +57,30 @@ ARCHS = {
         "unit_macro": "BLOCKFP8_SM90_ROW_UNIT",
         "kernels": "gemm/sm90/kernels/*.cu",
         "host": ["gemm/sm90/plan.cpp", "gemm/sm90/dispatch.cpp"],
-        "define": "BLOCKFP8_HAS_SM90_GEMM",
+        "define": ["BLOCKFP8_HAS_SM90_GEMM"],
         "unit_flags": ["-DCUTLASS_GDC_ENABLED"],
     },
-    # SM120 (RTX 5090, RTX PRO 6000): CUTLASS 4.2's SM120 blockwise-scaled collective, one unit per row of
-    # gemm/sm120/table.h (compile-checked only; gemm/sm120/NOTES.md).
+    # SM120 (RTX 5090, RTX PRO 6000), compile-checked only: the W8A8 GEMM through CUTLASS 4.2's SM120 blockwise-scaled
+    # collective, one unit per row of gemm/sm120/table.h (gemm/sm120/NOTES.md), and the native NVFP4 x NVFP4 GEMM
+    # (fp4/sm120/: hand-written units, one per tile; its table is fp4/sm120/table.cpp, compiled in every build).
     "12.0a": {
         "table": "gemm/sm120/table.h",
         "generate": "cutlass_kernel",
         "unit_header": "gemm/sm120/kernels/cutlass_gemm.cuh",
         "unit_macro": "BLOCKFP8_SM120_ROW_UNIT",
-        "kernels": "gemm/sm120/kernels/*.cu",
+        "kernels": ["gemm/sm120/kernels/*.cu", "fp4/sm120/*.cu"],
         "host": ["gemm/sm120/plan.cpp", "gemm/sm120/dispatch.cpp"],
-        "define": "BLOCKFP8_HAS_SM120_GEMM",
+        "define": ["BLOCKFP8_HAS_SM120_GEMM", "BLOCKFP8_HAS_SM120_NVFP4"],
         "unit_flags": [],
     },
 }
 # TORCH_TARGET_VERSION 2.11: use only stable-ABI calls that torch 2.11 provides, so this build
 # loads on every later torch too.
 STABLE_ABI_FLAGS = ["-DTORCH_TARGET_VERSION=0x020b000000000000", "-DUSE_CUDA"]
+
+
+def _as_list(value) -> list:
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _say(msg: str) -> None:
@@ -174,12 +179,13 @@ def _ext_modules():
     archs = [a.strip() for a in os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS).replace(" ", ";").split(";")
              if a.strip()]
     built = [a for a in ARCHS if a in archs]
-    defines = [f"-D{ARCHS[a]['define']}" for a in built]
+    defines = [f"-D{d}" for a in built for d in ARCHS[a]["define"]]
     generic = ([str(CSRC / "quant" / "quant.cu")] + sorted(glob.glob(str(CSRC / "gemv" / "*.cu")))
                + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))) + [str(CSRC / "gemm" / "reference_kernel.cu")])
     # options.cpp in every build: the quantizer follows the SM90 launch mode wherever it runs.
     host = [str(CSRC / f) for f in ("ops.cpp", "host_queries.cpp", "common/overrides.cpp", "linear/linear.cpp",
-                                    "gemm/gemm.cpp", "gemm/first_use.cpp", "gemm/sm90/options.cpp")]
+                                    "gemm/gemm.cpp", "gemm/first_use.cpp", "gemm/sm90/options.cpp",
+                                    "fp4/sm120/table.cpp")]
     host += [str(CSRC / f) for a in built for f in ARCHS[a]["host"]]
     nvcc_common = ["-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
     generic_gencode = []
@@ -228,7 +234,8 @@ def _ext_modules():
             jobs = []
             for arch in built:
                 units = _generate_units(arch, Path(self.build_temp) / "generated_units" / arch.replace(".", ""))
-                units += sorted(glob.glob(str(ROOT / CSRC / ARCHS[arch]["kernels"])))
+                units += [u for pattern in _as_list(ARCHS[arch]["kernels"])
+                          for u in sorted(glob.glob(str(ROOT / CSRC / pattern)))]
                 for src in units:
                     obj = out_dir / (Path(src).stem + f".sm{arch.replace('.', '')}.o")
                     gencode = [f for a in [arch] + [x for x in ARCHS[arch].get("also_for", []) if x in archs]

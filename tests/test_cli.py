@@ -64,10 +64,12 @@ def test_info_json(capsys):
     assert cli.main(["info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert {"vllm_blockfp8", "vllm", "torch", "torch_cuda", "gpu", "extension", "tile_tables"} <= set(info)
-    assert set(info["tile_tables"]) == {"linear", "gemv", "gemm", "quant", "nvfp4"}
+    assert set(info["tile_tables"]) == {"linear", "gemv", "gemm", "quant", "nvfp4", "nvfp4_native"}
     if not torch.cuda.is_available():
         assert info["gpu"] is None
-        assert all(v == [] for f, v in info["tile_tables"].items() if f != "quant")
+        assert all(v == [] for f, v in info["tile_tables"].items() if f not in ("quant", "nvfp4_native"))
+    # The SM120 native NVFP4 rows depend on the build only (listed without a GPU).
+    assert info["tile_tables"]["nvfp4_native"] == ops.nvfp4_native_rows()
     # The quant table is the same on every arch: listed whenever the extension is built.
     names = [r["name"] for r in info["tile_tables"]["quant"]]
     assert names == ([r["name"] for r in ops.tile_table("quant")] if ops.HAS_CUDA_KERNELS else [])

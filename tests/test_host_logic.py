@@ -25,7 +25,8 @@ def test_residency_predicate_at_132_sms():
 def test_build_info_names_the_compiled_archs():
     info = ops.build_info()
     assert info["compiled"] is True and info["archs"], info
-    assert set(info["families"]) == {"quant", "gemv", "nvfp4", "gemm"}
+    assert set(info["families"]) == {"quant", "gemv", "nvfp4", "gemm", "nvfp4_native"}
+    assert info["families"]["nvfp4_native"] == (["sm120"] if "12.0a" in info["archs"] else []), info
     assert info["families"]["nvfp4"] == "all", info
     assert ("sm90" in info["families"]["gemm"]) == ("9.0a" in info["archs"]), info
     assert ("sm120" in info["families"]["gemm"]) <= ("12.0a" in info["archs"]), info

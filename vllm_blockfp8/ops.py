@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import os
 from typing import Optional
 
@@ -33,7 +34,14 @@ _SCHEMAS = {
     "gemm": "gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType out_dtype, int row=-1) -> Tensor",
     "linear": "linear(Tensor x, Tensor b, Tensor b_scale, Tensor? bias=None, int row=-1) -> Tensor",
     "nvfp4_linear": ("nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, Tensor? bias=None, "
-                     "int row=-1) -> Tensor"),
+                     "int row=-1, Tensor? b_scale_swizzled=None, Tensor? input_scale=None, Tensor? alpha=None) "
+                     "-> Tensor"),
+    "nvfp4_quant": "nvfp4_quant(Tensor x, Tensor input_scale) -> (Tensor, Tensor)",
+    "nvfp4_swizzle_scale": "nvfp4_swizzle_scale(Tensor scale) -> Tensor",
+    "nvfp4_gemm": ("nvfp4_gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor alpha, ScalarType out_dtype, "
+                   "int row=-1) -> Tensor"),
+    "nvfp4_native_rows": "nvfp4_native_rows() -> str",
+    "nvfp4_native_path": "nvfp4_native_path(int cc, int m, int n, int k) -> str",
     "tile_table": "tile_table(str family) -> str",
     "select_row": "select_row(str family, int m, int n, int k) -> int",
     "row_rejects": "row_rejects(str family, int row, int m, int n, int k, int x_address, int x_stride) -> str",
@@ -343,13 +351,17 @@ def _linear_fake(x, b, b_scale, bias=None, row=-1):
 
 
 def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global_scale: torch.Tensor,
-                 bias: Optional[torch.Tensor] = None, row=None) -> torch.Tensor:
-    """Weight-only NVFP4 linear (W4A16): x [..., K] bf16/fp16 -> [..., N] in x's dtype.
+                 bias: Optional[torch.Tensor] = None, row=None, *, native: Optional[dict] = None) -> torch.Tensor:
+    """NVFP4 linear: x [..., K] bf16/fp16 -> [..., N] in x's dtype.
 
     b uint8 [N, K/2] (two E2M1 codes per byte, low nibble first), b_scale float8_e4m3fn [N, K/16],
     global_scale fp32 with N elements (one per output row, so fused shards keep their own) or 1.
-    The activations stay 16-bit. The op picks its kernel row by M from the ``nvfp4`` tile table
-    (decode GEMV, W4A16 tensor-core GEMM, FMA fallback); ``row`` forces one (index or name).
+    Weight-only by default: the op picks its kernel row by M from the ``nvfp4`` tile table (decode
+    GEMV, W4A16 tensor-core GEMM, FMA fallback); ``row`` forces one (index or name).
+
+    ``native`` ({"b_scale_swizzled", "input_scale", "alpha"}: :func:`nvfp4_native_operands`) lets the
+    op run W4A4 where ``nvfp4_native_path`` says so (SM120, M > 16): x quantized to NVFP4 with
+    ``input_scale``, then the native block-scaled GEMM. A forced ``row`` always runs weight-only.
     """
     _check_activation("x", x, rank=None)
     _need(x.dim() >= 1, "x must have at least one dimension (K)")
@@ -372,13 +384,26 @@ def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global
         _need(bias.is_contiguous(), "bias must be contiguous")
     for name, t in (("b", b), ("b_scale", b_scale), ("global_scale", global_scale), ("bias", bias)):
         _need(t is None or t.device == x.device, f"{name} is on {t.device if t is not None else None} but x is on {x.device}")
+    extra = (None, None, None)
+    if native is not None:
+        sw, isc, alpha = native["b_scale_swizzled"], native["input_scale"], native["alpha"]
+        _need(sw.dtype == reference.FP8_DTYPE and sw.numel() == math.prod(reference.nvfp4_sf_shape(n, k)),
+              f"native b_scale_swizzled must be float8_e4m3fn with {math.prod(reference.nvfp4_sf_shape(n, k))} "
+              f"elements (nvfp4_swizzle_scale of b_scale), got {sw.dtype} {tuple(sw.shape)}")
+        for name, t in (("input_scale", isc), ("alpha", alpha)):
+            _need(t.dtype == torch.float32 and t.numel() == 1, f"native {name} must be one float32 value")
+        for name, t in (("b_scale_swizzled", sw), ("input_scale", isc), ("alpha", alpha)):
+            _need(t.device == x.device and t.is_contiguous(), f"native {name} must be contiguous on {x.device}")
+        extra = (sw, isc.reshape(1), alpha.reshape(1))
     x2 = x.reshape(-1, k)
     out = torch.ops.blockfp8.nvfp4_linear(x2, b, b_scale, global_scale.reshape(-1), bias,
-                                          _row_arg("nvfp4", row, x2.shape[0], n, k, x2))
+                                          _row_arg("nvfp4", row, x2.shape[0], n, k, x2), *extra)
     return out.reshape(*x.shape[:-1], n)
 
 
-def _nvfp4_linear_ref(x, b, b_scale, global_scale, bias=None, row=-1):
+def _nvfp4_linear_ref(x, b, b_scale, global_scale, bias=None, row=-1, b_scale_swizzled=None, input_scale=None,
+                      alpha=None):
+    # The reference backend is weight-only on every device (the native path needs the SM120 kernels).
     # Dequantize in the op and run one fp32 GEMM (CPU, or CUDA without the extension). Only device
     # ops on the given tensors: no host tensor is built, so CUDA graphs can capture it. e2m1 * e4m3
     # * an fp32 global scale is not representable in x's dtype: the output rounds once.
@@ -390,12 +415,140 @@ def _nvfp4_linear_ref(x, b, b_scale, global_scale, bias=None, row=-1):
 
 
 @torch.library.register_fake("blockfp8::nvfp4_linear")
-def _nvfp4_fake(x, b, b_scale, global_scale, bias=None, row=-1):
+def _nvfp4_fake(x, b, b_scale, global_scale, bias=None, row=-1, b_scale_swizzled=None, input_scale=None,
+                alpha=None):
     return x.new_empty((x.shape[0], b.shape[0]))
 
 
+# --------------------------------------------------------------------------------------------
+# Native NVFP4 (W4A4, SM120): activation quant, scale swizzle, the block-scaled GEMM
+# --------------------------------------------------------------------------------------------
+
+
+def _check_nvfp4_weight(name: str, b: torch.Tensor, k: int) -> int:
+    _need(isinstance(b, torch.Tensor) and b.dtype == torch.uint8 and b.dim() == 2 and b.is_contiguous(),
+          f"{name} must be contiguous uint8 [rows, K/2], got {getattr(b, 'dtype', type(b).__name__)}")
+    _need(b.shape[1] * 2 == k, f"{name} must have K/2 = {k // 2} columns, got {b.shape[1]}")
+    return b.shape[0]
+
+
+def _one_fp32(name: str, t: torch.Tensor, device: torch.device) -> None:
+    _need(isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.numel() == 1,
+          f"{name} must be a float32 tensor with one value, got {getattr(t, 'dtype', type(t).__name__)} "
+          f"{tuple(getattr(t, 'shape', ()))}")
+    _need(t.device == device, f"{name} is on {t.device}, expected {device} (a device value: no host sync)")
+
+
+def nvfp4_quant(x: torch.Tensor, input_scale: torch.Tensor):
+    """Quantize activations x [M, K] (K % 32 == 0) to NVFP4 for the native GEMM.
+
+    ``input_scale`` (one fp32 on x's device) is the checkpoint's activation scale amax / (6 * 448): it
+    multiplies to dequantize. Returns (packed uint8 [M, K/2], scales float8_e4m3fn swizzled into the
+    GEMM's layout, shape ``reference.nvfp4_sf_shape(M, K)``, padding 0). Bit-exact with
+    ``reference.quantize_nvfp4_activations`` followed by ``reference.swizzle_nvfp4_scale``.
+    """
+    _check_activation("x", x)
+    _need(x.shape[1] % 32 == 0, f"K = {x.shape[1]} must be a multiple of 32")
+    _one_fp32("input_scale", input_scale, x.device)
+    return torch.ops.blockfp8.nvfp4_quant(x, input_scale.reshape(1))
+
+
+def _nvfp4_quant_ref(x, input_scale):
+    q, s = reference.quantize_nvfp4_activations(x, input_scale)
+    return q, reference.swizzle_nvfp4_scale(s)
+
+
+@torch.library.register_fake("blockfp8::nvfp4_quant")
+def _nvfp4_quant_fake(x, input_scale):
+    m, k = x.shape
+    return (x.new_empty((m, k // 2), dtype=torch.uint8),
+            x.new_empty(reference.nvfp4_sf_shape(m, k), dtype=reference.FP8_DTYPE))
+
+
+def nvfp4_swizzle_scale(scale: torch.Tensor) -> torch.Tensor:
+    """A weight's plain float8_e4m3fn scales [N, K/16] -> the native GEMM's layout (once, at load):
+    shape ``reference.nvfp4_sf_shape(N, K)``, padding 0. Bit-exact with ``reference.swizzle_nvfp4_scale``."""
+    _need(isinstance(scale, torch.Tensor) and scale.dtype == reference.FP8_DTYPE and scale.dim() == 2,
+          f"scale must be float8_e4m3fn [N, K/16], got {getattr(scale, 'dtype', type(scale).__name__)}")
+    _need(scale.is_contiguous(), "scale must be contiguous")
+    return torch.ops.blockfp8.nvfp4_swizzle_scale(scale)
+
+
+@torch.library.register_fake("blockfp8::nvfp4_swizzle_scale")
+def _nvfp4_swizzle_fake(scale):
+    return scale.new_empty(reference.nvfp4_sf_shape(scale.shape[0], scale.shape[1] * 16))
+
+
+def nvfp4_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+               alpha: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, row=None) -> torch.Tensor:
+    """Native W4A4: out[M, N] = alpha * dequant(a) @ dequant(b)^T, both scales swizzled
+    (:func:`nvfp4_quant`, :func:`nvfp4_swizzle_scale`), alpha one fp32 on the device (input_scale *
+    weight_scale_2). CUDA: SM120 only (sm_120a kernels). ``row``: index into ``nvfp4_native_rows()``."""
+    _need(out_dtype in _ACT_DTYPES, f"out_dtype must be bfloat16 or float16, got {out_dtype}")
+    _need(isinstance(a, torch.Tensor) and a.dim() == 2, "a must be uint8 [M, K/2]")
+    k = a.shape[1] * 2
+    m = _check_nvfp4_weight("a", a, k)
+    n = _check_nvfp4_weight("b", b, k)
+    for name, t, rows in (("a_scale", a_scale, m), ("b_scale", b_scale, n)):
+        want = reference.nvfp4_sf_shape(rows, k)
+        _need(t.dtype == reference.FP8_DTYPE and tuple(t.shape) == want and t.is_contiguous(),
+              f"{name} must be swizzled contiguous float8_e4m3fn {list(want)}, got {t.dtype} {list(t.shape)}")
+        _need(t.device == a.device, f"{name} is on {t.device} but a is on {a.device}")
+    _need(b.device == a.device, f"b is on {b.device} but a is on {a.device}")
+    _one_fp32("alpha", alpha, a.device)
+    if a.is_cuda and HAS_CUDA_KERNELS:
+        _need(tuple(torch.cuda.get_device_capability(a.device)) == (12, 0) and nvfp4_native_rows(),
+              "nvfp4_gemm runs on SM120 (compute capability 12.0) with a build that has sm_120a")
+        rows = nvfp4_native_rows()
+        _need(n % 32 == 0 and k % 128 == 0, f"no native NVFP4 row takes N={n} K={k}: N % 32 == 0 and K % 128 == 0")
+        if row is not None:
+            _need(0 <= int(row) < len(rows), f"row {row} is out of range for the native NVFP4 rows {rows}")
+            tile_k = int(rows[int(row)]["name"].rsplit("x", 1)[1])
+            _need(k % tile_k == 0, f"row {rows[int(row)]['name']} needs K % {tile_k} == 0, got K = {k}")
+    return torch.ops.blockfp8.nvfp4_gemm(a, a_scale, b, b_scale, alpha.reshape(1), out_dtype,
+                                         -1 if row is None else int(row))
+
+
+def _nvfp4_gemm_ref(a, a_scale, b, b_scale, alpha, out_dtype, row=-1):
+    k = a.shape[1] * 2
+    sa = reference.unswizzle_nvfp4_scale(a_scale, a.shape[0], k)
+    sb = reference.unswizzle_nvfp4_scale(b_scale, b.shape[0], k)
+    return reference.nvfp4_gemm_ref(a, sa, b, sb, alpha).to(out_dtype)
+
+
+@torch.library.register_fake("blockfp8::nvfp4_gemm")
+def _nvfp4_gemm_fake(a, a_scale, b, b_scale, alpha, out_dtype, row=-1):
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+def nvfp4_native_operands(b_scale: torch.Tensor, input_scale: torch.Tensor, weight_global_scale: torch.Tensor) -> dict:
+    """What ``nvfp4_linear(..., native=)`` needs, built once at load: the swizzled copy of b_scale (the plain
+    one stays for the decode GEMV: +1/16 byte per weight parameter), the activation scale, and alpha =
+    input_scale * weight_scale_2 (one value: the native epilogue has one alpha, so fused shards must share
+    weight_scale_2; callers check)."""
+    gs = weight_global_scale.reshape(-1)[:1].float()
+    isc = input_scale.reshape(-1)[:1].float().contiguous()
+    return {"b_scale_swizzled": nvfp4_swizzle_scale(b_scale), "input_scale": isc, "alpha": (isc * gs).contiguous()}
+
+
+def nvfp4_native_rows() -> list:
+    """The SM120 native NVFP4 GEMM rows as this build compiled them ([] without sm_120a or the extension);
+    no GPU needed."""
+    return json.loads(torch.ops.blockfp8.nvfp4_native_rows()) if HAS_CUDA_KERNELS else []
+
+
+def nvfp4_native_path(cc: tuple, m: int, n: int, k: int) -> dict:
+    """Which path ``nvfp4_linear`` (given native operands) takes for (M, N, K) on a GPU of capability ``cc``
+    (major, minor): {"native": True, "row": name} or {"native": False, "why": reason}. Host logic, no GPU;
+    BLOCKFP8_NVFP4_W4A16=1 (read once per process) keeps every GPU weight-only."""
+    if not HAS_CUDA_KERNELS:
+        return {"native": False, "why": f"the compiled extension is not loaded ({_IMPORT_ERROR})"}
+    return json.loads(torch.ops.blockfp8.nvfp4_native_path(cc[0] * 10 + cc[1], m, n, k))
+
+
 for _name, _fn in (("per_token_group_quant", _quant_ref), ("gemv", _gemv_ref), ("gemm", _gemm_ref),
-                   ("linear", _linear_ref), ("nvfp4_linear", _nvfp4_linear_ref)):
+                   ("linear", _linear_ref), ("nvfp4_linear", _nvfp4_linear_ref), ("nvfp4_quant", _nvfp4_quant_ref),
+                   ("nvfp4_swizzle_scale", reference.swizzle_nvfp4_scale), ("nvfp4_gemm", _nvfp4_gemm_ref)):
     _lib.impl(_name, _fn, "CPU")
     if not HAS_CUDA_KERNELS:
         _lib.impl(_name, _fn, "CUDA")
@@ -416,6 +569,9 @@ if not HAS_CUDA_KERNELS:
     _lib.impl("set_sm90_pdl", lambda mode: "0", "CompositeExplicitAutograd")
     _lib.impl("set_tuned_rows", lambda entries: "", "CompositeExplicitAutograd")
     _lib.impl("tuned_rows", lambda: "", "CompositeExplicitAutograd")
+    _lib.impl("nvfp4_native_rows", lambda: "[]", "CompositeExplicitAutograd")
+    _lib.impl("nvfp4_native_path", lambda cc, m, n, k: json.dumps({"native": False, "why": "no extension"}),
+              "CompositeExplicitAutograd")
 
 
 def tile_table(family: str) -> list:

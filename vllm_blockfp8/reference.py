@@ -173,6 +173,90 @@ def dequantize_nvfp4(packed: torch.Tensor, scale: torch.Tensor, global_scale) ->
 
 
 # --------------------------------------------------------------------------------------------
+# Native NVFP4 x NVFP4 (W4A4, SM120): activation quantizer and the GEMM's scale-factor layout
+# --------------------------------------------------------------------------------------------
+
+
+def nvfp4_sf_shape(rows: int, k: int) -> tuple:
+    """Padded [rows, K/16] of the swizzled scales: rows to a multiple of 128, columns to one of 4."""
+    return _ceil_div(rows, 128) * 128, _ceil_div(k // NVFP4_GROUP, 4) * 4
+
+
+def nvfp4_sf_offsets(rows: int, k: int, device=None) -> torch.Tensor:
+    """int64 [padded rows, padded K/16]: the byte of the swizzled buffer holding scale (r, c).
+
+    CUTLASS's Sm1xxBlockScaledConfig<16> layout (SfKMajorAtom tiled K-first, csrc/fp4/native.h): atoms
+    of 128 rows x 4 columns (512 bytes), atom (r // 128, c // 4) at ((r // 128) * (cols // 4) + c // 4) * 512,
+    inside it (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4. A bijection onto range(rows * cols).
+    """
+    pr, pc = nvfp4_sf_shape(rows, k)
+    r = torch.arange(pr, device=device).unsqueeze(1)
+    c = torch.arange(pc, device=device).unsqueeze(0)
+    return ((r // 128) * (pc // 4) + c // 4) * 512 + (r % 32) * 16 + ((r % 128) // 32) * 4 + c % 4
+
+
+def swizzle_nvfp4_scale(scale: torch.Tensor) -> torch.Tensor:
+    """Plain e4m3 scales [rows, K/16] -> the GEMM's layout: e4m3 [padded rows, padded K/16] whose bytes, read
+    in memory order, are the swizzled buffer (the shape only sizes it). Padding is 0."""
+    rows, groups = scale.shape
+    pr, pc = nvfp4_sf_shape(rows, groups * NVFP4_GROUP)
+    plain = torch.zeros(pr, pc, dtype=torch.uint8, device=scale.device)
+    plain[:rows, :groups] = scale.view(torch.uint8)
+    out = torch.empty(pr * pc, dtype=torch.uint8, device=scale.device)
+    out[nvfp4_sf_offsets(rows, groups * NVFP4_GROUP, scale.device).reshape(-1)] = plain.reshape(-1)
+    return out.view(FP8_DTYPE).reshape(pr, pc)
+
+
+def unswizzle_nvfp4_scale(swizzled: torch.Tensor, rows: int, k: int) -> torch.Tensor:
+    """Inverse of :func:`swizzle_nvfp4_scale`: the plain e4m3 [rows, K/16]."""
+    offsets = nvfp4_sf_offsets(rows, k, swizzled.device)[:rows, : k // NVFP4_GROUP]
+    return swizzled.reshape(-1).view(torch.uint8)[offsets].view(FP8_DTYPE)
+
+
+def quantize_nvfp4_activations(x: torch.Tensor, input_scale):
+    """Quantize x [M, K] (K % 32 == 0) to NVFP4 with a calibrated global scale, as the CUDA quantizer does.
+
+    ``input_scale`` is the checkpoint's (ModelOpt) activation scale, amax / (6 * 448): it multiplies to
+    dequantize (vLLM's scaled_fp4_quant takes its reciprocal). Per 16 values, in fp32:
+    s = e4m3(min(amax_16 / 6 / input_scale, 448)) (two IEEE divisions, round to nearest even),
+    d = s * input_scale, code = e2m1(x / d) (nearest, ties to even, saturating at 6), or 0 where d == 0.
+    Returns (packed uint8 [M, K/2], scale e4m3 [M, K/16] plain row-major; the op returns it swizzled).
+    """
+    if x.dim() != 2 or x.shape[1] % (2 * NVFP4_GROUP):
+        raise ValueError(f"x must be [M, K] with K % 32 == 0, got {tuple(x.shape)}")
+    m, k = x.shape
+    gs = input_scale.float().reshape(()) if isinstance(input_scale, torch.Tensor) else torch.tensor(float(input_scale))
+    gs = gs.to(x.device)
+    groups = x.float().reshape(m, k // NVFP4_GROUP, NVFP4_GROUP)
+    amax = groups.abs().amax(dim=-1)
+    scale = (_fp32_div(amax, FP4_MAX) / gs).clamp(max=FP8_MAX).to(FP8_DTYPE)
+    d = (scale.float() * gs).unsqueeze(-1)
+    codes = torch.where(d > 0, _e2m1_codes(groups / torch.where(d > 0, d, torch.ones_like(d))),
+                        torch.zeros((), dtype=torch.uint8, device=x.device)).reshape(m, k)
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return packed.contiguous(), scale.contiguous()
+
+
+def nvfp4_gemm_ref(a, a_scale, b, b_scale, alpha) -> torch.Tensor:
+    """Native W4A4 in float64: alpha * dequant(a) @ dequant(b)^T, scales plain [rows, K/16]."""
+    wa = dequantize_nvfp4(a, a_scale, 1.0).double()
+    wb = dequantize_nvfp4(b, b_scale, 1.0).double()
+    alpha = alpha.double().reshape(()) if isinstance(alpha, torch.Tensor) else float(alpha)
+    return (wa @ wb.t()) * alpha
+
+
+def nvfp4_w4a4_linear_ref(x, input_scale, packed, scale, global_scale, bias=None) -> torch.Tensor:
+    """The native path's math in float64: x quantized to NVFP4 with ``input_scale``, times the NVFP4 weight."""
+    lead, k = x.shape[:-1], x.shape[-1]
+    qa, sa = quantize_nvfp4_activations(x.reshape(-1, k), input_scale)
+    xa = dequantize_nvfp4(qa, sa, input_scale).double()
+    out = xa @ dequantize_nvfp4(packed, scale, global_scale).double().t()
+    if bias is not None:
+        out = out + bias.double()
+    return out.reshape(*lead, -1)
+
+
+# --------------------------------------------------------------------------------------------
 # GEMM / GEMV / linear references (computed in float64 so they are the "exact" answer)
 # --------------------------------------------------------------------------------------------
 

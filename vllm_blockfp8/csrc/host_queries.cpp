@@ -13,6 +13,7 @@
 #include "common/tile_row.h"
 #include "fp4/fp4.h"
 #include "gemm/first_use.h"
+#include "fp4/native.h"
 #include "gemm/gemm.h"
 #include "gemv/gemv.h"
 #include "linear/linear.h"
@@ -205,6 +206,19 @@ std::string op_set_tuned_rows(std::string entries) { return overrides::set_tuned
 // The tuned table in force, in set_tuned_rows's format.
 std::string op_tuned_rows() { return overrides::tuned_text(); }
 
+// The SM120 native NVFP4 rows as this build compiled them ([] without sm_120a), without a GPU.
+std::string op_nvfp4_native_rows() { return rows_json(fp4::native::num_rows(), &fp4::native::row); }
+
+// Which path nvfp4_linear takes for (M, N, K) on a GPU of compute capability cc (major * 10 + minor) given the
+// layer's swizzled scales: {"native": true, "row": name} or {"native": false, "why": reason}. Host logic.
+std::string op_nvfp4_native_path(int64_t cc, int64_t m, int64_t n, int64_t k) {
+  if (const char* why = fp4::native::path_rejects(int(cc), m, n, k))
+    return std::string("{\"native\": false, \"why\": \"") + json_escape(why) + "\"}";
+  fp4::native::GemmProblem shape;
+  shape.m = m, shape.n = n, shape.k = k;
+  return std::string("{\"native\": true, \"row\": \"") + fp4::native::row(fp4::native::select(shape)).name + "\"}";
+}
+
 std::string op_build_info() {
   std::string archs = BLOCKFP8_ARCHS;  // set by setup.py, e.g. "8.9;9.0a;12.0a"
   // The hash of the compiled sources (setup.py): a tuned file measured on another build is stale.
@@ -227,6 +241,8 @@ std::string op_build_info() {
     out += std::string(first ? "\"" : ", \"") + name + "\"";
     first = false;
   }
+  out += "], \"nvfp4_native\": [";
+  if (fp4::native::num_rows() > 0) out += "\"sm120\"";
   return out + "]}}";
 }
 
@@ -243,6 +259,8 @@ STABLE_TORCH_LIBRARY_IMPL(blockfp8, CompositeExplicitAutograd, m) {
   m.impl("gemm_table_rows", TORCH_BOX(&blockfp8::op_gemm_table_rows));
   m.impl("gemm_self_check", TORCH_BOX(&blockfp8::op_gemm_self_check));
   m.impl("build_info", TORCH_BOX(&blockfp8::op_build_info));
+  m.impl("nvfp4_native_rows", TORCH_BOX(&blockfp8::op_nvfp4_native_rows));
+  m.impl("nvfp4_native_path", TORCH_BOX(&blockfp8::op_nvfp4_native_path));
   m.impl("set_sm90_pdl", TORCH_BOX(&blockfp8::op_set_sm90_pdl));
   m.impl("set_gemm_table", TORCH_BOX(&blockfp8::op_set_gemm_table));
   m.impl("set_tuned_rows", TORCH_BOX(&blockfp8::op_set_tuned_rows));

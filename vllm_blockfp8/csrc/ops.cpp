@@ -24,6 +24,7 @@
 #include "common/tile_row.h"
 #include "common/vector_rows.h"
 #include "fp4/fp4.h"
+#include "fp4/native.h"
 #include "gemm/first_use.h"
 #include "gemm/gemm.h"
 #include "gemm/reference.h"
@@ -304,6 +305,55 @@ void add_bias(Tensor& out, const Tensor& bias) {
   check_cuda(quant::launch_add_bias(p, current_stream(out)), "bias add");
 }
 
+// Native NVFP4 (fp4/native.h): x -> packed e2m1 + swizzled e4m3 scales, and the SM120 GEMM on them.
+std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& x_in, const Tensor& input_scale) {
+  const int64_t m = x_in.size(0), k = x_in.size(1);
+  Tensor x = x_in;
+  if (x_in.numel() != 0 && !rows_16byte_aligned(x_in.data_ptr(), m, x_in.stride(0))) {
+    x = torch::stable::new_empty(x_in, {m, k});  // the kernel reads rows as 16-byte vectors
+    torch::stable::copy_(x, x_in);
+  }
+  Tensor q = torch::stable::new_empty(x, {m, k / 2}, ScalarType::Byte);
+  Tensor sf = torch::stable::new_empty(x, {fp4::native::sf_rows(m), fp4::native::sf_cols(k)}, ScalarType::Float8_e4m3fn);
+  fp4::native::QuantProblem p;
+  p.x = x.data_ptr();
+  p.input_scale = static_cast<const float*>(input_scale.data_ptr());
+  p.q = static_cast<uint8_t*>(q.data_ptr());
+  p.sf = static_cast<uint8_t*>(sf.data_ptr());
+  p.m = m, p.k = k, p.x_stride = m > 0 ? x.stride(0) : k;
+  p.bf16 = x.scalar_type() == ScalarType::BFloat16;
+  check_cuda(fp4::native::launch_quantize(p, current_stream(x)), "nvfp4 activation quant");
+  return {q, sf};
+}
+
+Tensor run_nvfp4_gemm(const Tensor& a, const Tensor& a_sf, const Tensor& b, const Tensor& b_sf, const Tensor& alpha,
+                      ScalarType out_dtype, int i) {
+  const int64_t m = a.size(0), n = b.size(0), k = a.size(1) * 2;
+  Tensor out = torch::stable::new_empty(a, {m, n}, out_dtype);
+  fp4::native::GemmProblem p;
+  p.a = static_cast<const uint8_t*>(a.data_ptr());
+  p.a_sf = static_cast<const uint8_t*>(a_sf.data_ptr());
+  p.b = static_cast<const uint8_t*>(b.data_ptr());
+  p.b_sf = static_cast<const uint8_t*>(b_sf.data_ptr());
+  p.alpha = static_cast<const float*>(alpha.data_ptr());
+  p.d = out.data_ptr();
+  p.m = m, p.n = n, p.k = k;
+  p.bf16 = out_dtype == ScalarType::BFloat16;
+  if (i < 0) i = fp4::native::select(p);
+  STD_TORCH_CHECK(i >= 0 && i < fp4::native::num_rows(), "blockfp8: no native NVFP4 row takes M=", m, " N=", n,
+                  " K=", k);
+  const char* why = fp4::native::rejects(i, p);
+  STD_TORCH_CHECK(why == nullptr, "blockfp8: native NVFP4 row ", fp4::native::row(i).name, ": ", why);
+  log_row("nvfp4_native", fp4::native::row(i).name, m, n, k);
+  std::optional<Tensor> workspace;
+  if (const size_t ws = fp4::native::workspace_bytes(i, p); ws > 0) {
+    workspace = torch::stable::new_empty(a, {int64_t(ws)}, ScalarType::Byte);
+    p.workspace = workspace->data_ptr();
+  }
+  if (m > 0) check_cuda(fp4::native::launch(i, p, current_stream(a)), fp4::native::row(i).name);
+  return out;
+}
+
 // ------------------------------------------------------------------------------------------
 // Op implementations
 // ------------------------------------------------------------------------------------------
@@ -372,9 +422,12 @@ Tensor op_linear(Tensor x, Tensor b, Tensor b_scale, std::optional<Tensor> bias,
   return out;
 }
 
-// Weight-only NVFP4 (csrc/fp4): the row by M, the K split's workspace when the row needs one.
+// NVFP4 linear: native W4A4 (quantize x + the SM120 GEMM) where fp4::native::path_rejects allows it and the layer
+// gave the swizzled weight scales, input_scale and alpha; otherwise weight-only (csrc/fp4): the row by M, the K
+// split's workspace when the row needs one. A forced row is always a weight-only row.
 Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, std::optional<Tensor> bias,
-                       int64_t row) {
+                       int64_t row, std::optional<Tensor> b_scale_swizzled, std::optional<Tensor> input_scale,
+                       std::optional<Tensor> alpha) {
   STD_TORCH_CHECK(is_16bit(x.scalar_type()) && x.dim() == 2 && x.stride(1) == 1,
                   "blockfp8: x must be bf16/fp16 [M, K] with contiguous K");
   const int64_t m = x.size(0), k = x.size(1), n = b.size(0);
@@ -391,6 +444,18 @@ Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, 
                     "blockfp8: bias must be contiguous [N] in x's dtype");
   torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   const DeviceFacts dev = device_facts(x.get_device_index());
+  if (row < 0 && b_scale_swizzled.has_value() && input_scale.has_value() && alpha.has_value() &&
+      fp4::native::path_rejects(dev.cc, m, n, k) == nullptr) {
+    fp4::native::GemmProblem shape;
+    shape.m = m, shape.n = n, shape.k = k;
+    const int i = fp4::native::select(shape);
+    if (fp4::native::row_trusted(i, x.get_device_index())) {  // FIRST-USE HOOK (native.h): the one call site
+      auto [q, sf] = nvfp4_quantize(x, *input_scale);
+      Tensor out = run_nvfp4_gemm(q, sf, b, *b_scale_swizzled, *alpha, x.scalar_type(), i);
+      if (bias.has_value()) add_bias(out, *bias);
+      return out;
+    }
+  }
   Tensor out = torch::stable::new_empty(x, {m, n});
   fp4::Problem p{};
   p.x = x.data_ptr();
@@ -414,6 +479,42 @@ Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, 
   return out;
 }
 
+std::tuple<Tensor, Tensor> op_nvfp4_quant(Tensor x, Tensor input_scale) {
+  STD_TORCH_CHECK(is_16bit(x.scalar_type()) && x.dim() == 2 && x.stride(1) == 1 && x.size(1) % 32 == 0,
+                  "blockfp8: x must be bf16/fp16 [M, K] with contiguous K and K % 32 == 0");
+  STD_TORCH_CHECK(input_scale.scalar_type() == ScalarType::Float && input_scale.numel() == 1,
+                  "blockfp8: input_scale must be one fp32 value");
+  torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+  return nvfp4_quantize(x, input_scale);
+}
+
+Tensor op_nvfp4_swizzle_scale(Tensor scale) {
+  STD_TORCH_CHECK(scale.scalar_type() == ScalarType::Float8_e4m3fn && scale.dim() == 2 && scale.is_contiguous(),
+                  "blockfp8: scale must be contiguous float8_e4m3fn [rows, K/16]");
+  torch::stable::accelerator::DeviceGuard guard(scale.get_device_index());
+  const int64_t rows = scale.size(0), k = scale.size(1) * 16;
+  Tensor out = torch::stable::new_empty(scale, {fp4::native::sf_rows(rows), fp4::native::sf_cols(k)});
+  fp4::native::SwizzleProblem p{static_cast<const uint8_t*>(scale.data_ptr()), static_cast<uint8_t*>(out.data_ptr()),
+                                rows, k};
+  check_cuda(fp4::native::launch_swizzle(p, current_stream(scale)), "nvfp4 scale swizzle");
+  return out;
+}
+
+Tensor op_nvfp4_gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor alpha, ScalarType out_dtype,
+                     int64_t row) {
+  STD_TORCH_CHECK(a.scalar_type() == ScalarType::Byte && b.scalar_type() == ScalarType::Byte && a.dim() == 2 &&
+                      b.dim() == 2 && a.is_contiguous() && b.is_contiguous() && a.size(1) == b.size(1),
+                  "blockfp8: a and b must be contiguous uint8 [M, K/2] and [N, K/2]");
+  STD_TORCH_CHECK(is_16bit(out_dtype), "blockfp8: out_dtype must be bf16 or fp16");
+  const int64_t k = a.size(1) * 2;
+  STD_TORCH_CHECK(a_scale.numel() == fp4::native::sf_rows(a.size(0)) * fp4::native::sf_cols(k) &&
+                      b_scale.numel() == fp4::native::sf_rows(b.size(0)) * fp4::native::sf_cols(k),
+                  "blockfp8: a_scale and b_scale must be swizzled (nvfp4_quant, nvfp4_swizzle_scale)");
+  STD_TORCH_CHECK(alpha.scalar_type() == ScalarType::Float && alpha.numel() == 1, "blockfp8: alpha must be one fp32");
+  torch::stable::accelerator::DeviceGuard guard(a.get_device_index());
+  return run_nvfp4_gemm(a, a_scale, b, b_scale, alpha, out_dtype, int(row));
+}
+
 }  // namespace
 }  // namespace blockfp8
 
@@ -423,4 +524,7 @@ STABLE_TORCH_LIBRARY_IMPL(blockfp8, CUDA, m) {
   m.impl("gemm", TORCH_BOX(&blockfp8::op_gemm));
   m.impl("linear", TORCH_BOX(&blockfp8::op_linear));
   m.impl("nvfp4_linear", TORCH_BOX(&blockfp8::op_nvfp4_linear));
+  m.impl("nvfp4_quant", TORCH_BOX(&blockfp8::op_nvfp4_quant));
+  m.impl("nvfp4_swizzle_scale", TORCH_BOX(&blockfp8::op_nvfp4_swizzle_scale));
+  m.impl("nvfp4_gemm", TORCH_BOX(&blockfp8::op_nvfp4_gemm));
 }

@@ -165,22 +165,45 @@ class BlockFp8LinearMethod(LinearMethodBase):
         return ops.blockfp8_linear(x, layer.weight, layer.weight_scale_inv, bias)
 
 
-_told_weight_only = False
+_told_nvfp4_path: set = set()
 
 
-def _log_weight_only_once() -> None:
-    global _told_weight_only
-    if not _told_weight_only:
-        _told_weight_only = True
-        logger.info("blockfp8: NVFP4 runs weight-only (W4A16): activations stay 16-bit and the checkpoint's "
-                    "input_scale is unused (it is for FP4 x FP4 kernels)")
+def _log_nvfp4_path_once(native: bool, why: str) -> None:
+    """One line per distinct reason: which NVFP4 path the layers run and why."""
+    if why in _told_nvfp4_path:
+        return
+    _told_nvfp4_path.add(why)
+    if native:
+        logger.info("blockfp8: NVFP4 runs W4A4 above M = 16 on this GPU (activations quantized with the checkpoint's "
+                    "input_scale, native FP4 GEMM; decode keeps the weight-only GEMV); BLOCKFP8_NVFP4_W4A16=1 "
+                    "keeps it weight-only")
+    else:
+        logger.info("blockfp8: NVFP4 runs weight-only (W4A16): %s", why)
+
+
+def _nvfp4_native_reason(layer: torch.nn.Module, shard_scales: torch.Tensor) -> str | None:
+    """None when the layer can run the native W4A4 GEMM on its GPU, else why not (host-side, at load)."""
+    weight = layer.weight.data
+    if not weight.is_cuda:
+        return "the weights are not on a CUDA GPU"
+    n, k = weight.shape[0], weight.shape[1] * 2
+    plan = ops.nvfp4_native_path(torch.cuda.get_device_capability(weight.device), 4096, n, k)
+    if not plan["native"]:
+        return plan["why"]
+    if torch.isnan(layer.input_scale.data).any():
+        return "the checkpoint has no input_scale (the activation global scale W4A4 needs)"
+    if not bool((shard_scales == shard_scales[0]).all()):  # one sync, at load
+        return "fused shards have different weight_scale_2 and the native epilogue takes one alpha"
+    return None
 
 
 @register_weight_loader_v2_supported_method
 class Nvfp4LinearMethod(LinearMethodBase):
     """ModelOpt NVFP4, weight-only: weight uint8 [N, K/2], weight_scale e4m3 [N, K/16],
     weight_scale_2 fp32 per fused shard (kept per output row, so shards with different global
-    scales stay exact), input_scale loaded and unused (no activation quantization)."""
+    scales stay exact), input_scale per shard. Weight-only (W4A16) everywhere; on SM120 the layer
+    also keeps a swizzled copy of weight_scale (+1/16 byte per parameter: the plain one stays for
+    the decode GEMV) and alpha = input_scale * weight_scale_2, and M > 16 runs W4A4 natively."""
 
     def __init__(self, quant_config) -> None:
         self.quant_config = quant_config
@@ -217,9 +240,22 @@ class Nvfp4LinearMethod(LinearMethodBase):
             torch.repeat_interleave(shard_scales.float(), widths).contiguous(), requires_grad=False)
         layer.weight = Parameter(layer.weight.data.contiguous(), requires_grad=False)
         layer.weight_scale = Parameter(layer.weight_scale.data.contiguous(), requires_grad=False)
+        why = _nvfp4_native_reason(layer, shard_scales)
+        layer.blockfp8_nvfp4_native = why is None
+        if why is None:
+            # Fused shards see the same input, so their input_scales agree; the largest never clips.
+            native = ops.nvfp4_native_operands(layer.weight_scale.data, layer.input_scale.data.max().reshape(1),
+                                               shard_scales[:1])
+            for name, value in (("weight_scale_swizzled", native["b_scale_swizzled"]),
+                                ("input_scale_native", native["input_scale"]), ("alpha_native", native["alpha"])):
+                setattr(layer, name, Parameter(value, requires_grad=False))
         del layer.weight_scale_2
         del layer.input_scale
-        _log_weight_only_once()
+        _log_nvfp4_path_once(why is None, why or "native")
 
     def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return ops.nvfp4_linear(x, layer.weight, layer.weight_scale, layer.weight_global_scale, bias)
+        native = None
+        if layer.blockfp8_nvfp4_native:
+            native = {"b_scale_swizzled": layer.weight_scale_swizzled, "input_scale": layer.input_scale_native,
+                      "alpha": layer.alpha_native}
+        return ops.nvfp4_linear(x, layer.weight, layer.weight_scale, layer.weight_global_scale, bias, native=native)

@@ -7,6 +7,7 @@ such instead of failing, so ``info`` is the first thing to run when something do
 from __future__ import annotations
 
 import json
+import os
 from importlib import metadata
 
 FAMILIES = ("linear", "gemv", "gemm", "quant", "nvfp4")
@@ -58,11 +59,16 @@ def collect() -> dict:
             tables[family] = [dict(row) for row in ops.tile_table(family)]
         except Exception as e:
             tables[family] = {"error": _error(e)}
+    try:  # the SM120 native NVFP4 rows are listed from the build alone (no GPU needed)
+        tables["nvfp4_native"] = [dict(row) for row in ops.nvfp4_native_rows()]
+    except Exception as e:
+        tables["nvfp4_native"] = {"error": _error(e)}
     info["tile_tables"] = tables
     try:
         info["overrides"] = _overrides(ops)
     except Exception as e:
         info["overrides"] = {"error": _error(e)}
+    info["nvfp4_w4a16_forced"] = os.environ.get("BLOCKFP8_NVFP4_W4A16", "0") not in ("", "0")
     return info
 
 
@@ -98,6 +104,8 @@ def _overrides(ops) -> dict:
 def _why_empty(info: dict, family: str) -> str:
     if not info.get("extension", {}).get("compiled"):
         return "no compiled extension"
+    if family == "nvfp4_native":
+        return "this build has no sm_120a"
     if not info.get("gpu") and family != "quant":
         return "no CUDA GPU: the table depends on the GPU's arch"
     return "this build has no rows for this GPU"
@@ -144,6 +152,8 @@ def render(info: dict) -> str:
         lines.append(f"tuned config   {tuned['path']}: {state}")
         for o in tuned.get("overrides", []):
             lines.append(f"  {o['family']:<6} N={o['n']} K={o['k']} M={o['m_min']}..{o['m_max']} -> {o['row']}")
+    if info.get("nvfp4_w4a16_forced"):
+        lines.append("NVFP4          BLOCKFP8_NVFP4_W4A16 is set: weight-only (W4A16) on every GPU, SM120 included")
     for family, rows in info.get("tile_tables", {}).items():
         if isinstance(rows, dict):
             lines.append(f"tile table {family}: error: {rows['error']}")
