@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 import vllm_blockfp8
-from vllm_blockfp8 import cli, ops
+from vllm_blockfp8 import cli, library, ops
 
 SUBCOMMANDS = ("quantize", "info", "bench", "tune", "demo")
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -103,14 +103,14 @@ def test_info_tells_no_gpu_from_no_extension(monkeypatch):
     assert "no CUDA GPU" not in no_ext and "tile table gemv: empty (no compiled extension)" in no_ext
     # The reason itself names each missing piece and only those.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(ops, "HAS_CUDA_KERNELS", True)
-    assert ops.kernels_unavailable_reason() == "no CUDA GPU is visible"
+    monkeypatch.setattr(library, "HAS_CUDA_KERNELS", True)
+    assert library.kernels_unavailable_reason() == "no CUDA GPU is visible"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 9))
-    assert ops.kernels_unavailable_reason() is None
-    assert ops.kernels_unavailable_reason(capability=(9, 0)) == "the GPU is SM89, this needs SM90"
-    monkeypatch.setattr(ops, "HAS_CUDA_KERNELS", False)
-    assert ops.kernels_unavailable_reason().startswith("the compiled extension vllm_blockfp8._C is not loaded")
+    assert library.kernels_unavailable_reason() is None
+    assert library.kernels_unavailable_reason(capability=(9, 0)) == "the GPU is SM89, this needs SM90"
+    monkeypatch.setattr(library, "HAS_CUDA_KERNELS", False)
+    assert library.kernels_unavailable_reason().startswith("the compiled extension vllm_blockfp8._C is not loaded")
 
 
 def test_quantize_refuses_bad_path_before_torch(tmp_path):

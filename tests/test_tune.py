@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from vllm_blockfp8 import cli, ops, shapes, tuning
+from vllm_blockfp8 import cli, host_ops, ops, shapes, tuning
 from vllm_blockfp8.tools import tune
 
 from conftest import needs_kernels
@@ -46,16 +46,16 @@ def test_bad_force_fails_at_import():
 
 
 def test_check_forced_rows_lists_valid_rows(monkeypatch):
-    monkeypatch.setattr(ops, "kernels_unavailable_reason", lambda *a, **k: None)
-    monkeypatch.setattr(ops, "tile_table", lambda family: [{"name": f"{family}_a"}, {"name": f"{family}_b"}])
-    ops.check_forced_rows({"gemv": "gemv_b"})
+    monkeypatch.setattr(host_ops, "kernels_unavailable_reason", lambda *a, **k: None)
+    monkeypatch.setattr(host_ops, "tile_table", lambda family: [{"name": f"{family}_a"}, {"name": f"{family}_b"}])
+    host_ops.check_forced_rows({"gemv": "gemv_b"})
     with pytest.raises(ValueError, match="no gemm row 'x'.*BLOCKFP8_GEMM_TABLE.*valid gemm rows: gemm_a, gemm_b"):
-        ops.check_forced_rows({"gemv": "gemv_a", "gemm": "x"})
+        host_ops.check_forced_rows({"gemv": "gemv_a", "gemm": "x"})
 
 
 def test_check_forced_rows_without_kernels_checks_nothing(monkeypatch):
-    monkeypatch.setattr(ops, "kernels_unavailable_reason", lambda *a, **k: "no CUDA GPU is visible")
-    ops.check_forced_rows({"gemv": "no_such_row"})
+    monkeypatch.setattr(host_ops, "kernels_unavailable_reason", lambda *a, **k: "no CUDA GPU is visible")
+    host_ops.check_forced_rows({"gemv": "no_such_row"})
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// Host-only ops (schemas in vllm_blockfp8/ops.py): the tile tables, the row a family selects, why a row refuses a
+// Host-only ops (schemas in vllm_blockfp8/library.py): the tile tables, the row a family selects, why a row refuses a
 // problem, the SM90 GEMM's plan, and build facts. No tensors; answers are JSON or plain values (no exception
 // crosses the stable ABI where an op can answer with an error instead). Registered as CompositeExplicitAutograd.
 #include <torch/csrc/stable/library.h>
