@@ -25,4 +25,26 @@ int first_row_taking(const Row* rows, int count, int64_t m, Rejects rejects) {
   return -1;
 }
 
+// Checks every arch's row list shares (constexpr, so a table that breaks them does not compile): rows listed in the
+// order of their ids, and a row found by its name (the generated units name their row).
+template <typename Row, int N>
+constexpr bool rows_in_id_order(const Row (&rows)[N]) {
+  for (int i = 0; i < N; ++i)
+    if (rows[i].id != i) return false;
+  return true;
+}
+
+constexpr bool same_name(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+
+// The index of the row named `name`, -1 if none.
+template <typename Row, int N>
+constexpr int row_index(const Row (&rows)[N], const char* name) {
+  for (int i = 0; i < N; ++i)
+    if (same_name(rows[i].info.name, name)) return i;
+  return -1;
+}
+
 }  // namespace blockfp8

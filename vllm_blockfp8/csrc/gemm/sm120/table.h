@@ -64,23 +64,10 @@ inline constexpr Row kRows[kNumRows] = {
 };
 // clang-format on
 
-constexpr bool rows_in_id_order() {
-  for (int i = 0; i < kNumRows; ++i)
-    if (kRows[i].id != i) return false;
-  return true;
-}
-static_assert(rows_in_id_order(), "kRows must list the rows in RowId order");
+static_assert(blockfp8::rows_in_id_order(kRows), "kRows must list the rows in RowId order");
 static_assert(kRows[kNumRows - 1].info.max_m == kUnboundedM, "the last row takes every M");
 
-constexpr bool same_name(const char* a, const char* b) {
-  while (*a != '\0' && *a == *b) ++a, ++b;
-  return *a == *b;
-}
 // The index of the row named `name`, -1 if none (generated units find their row by name).
-constexpr int row_index(const char* name) {
-  for (int i = 0; i < kNumRows; ++i)
-    if (same_name(kRows[i].info.name, name)) return i;
-  return -1;
-}
+constexpr int row_index(const char* name) { return blockfp8::row_index(kRows, name); }
 
 }  // namespace blockfp8::gemm::sm120

@@ -46,12 +46,7 @@ inline constexpr Row kRows[kNumRows] = {
 };
 // clang-format on
 
-constexpr bool rows_in_id_order() {
-  for (int i = 0; i < kNumRows; ++i)
-    if (kRows[i].id != i) return false;
-  return true;
-}
-static_assert(rows_in_id_order(), "kRows must list the rows in RowId order");
+static_assert(blockfp8::rows_in_id_order(kRows), "kRows must list the rows in RowId order");
 static_assert(kRows[kNumRows - 1].info.max_m == kUnboundedM, "the last row takes every M");
 
 constexpr int kMaxSmemBytes = 99 * 1024;  // opt-in shared memory per CTA on SM89 (and SM86/SM120)
