@@ -90,8 +90,10 @@ def test_gemm_table_switch_round_trips_and_rejects_unknown_tables():
     start = ops.set_gemm_table("auto")
     try:
         assert ops.set_gemm_table("sm89") == "auto"
-        with pytest.raises(ValueError, match="table must be one of auto, sm89, sm90, sm120, got 'sm100'"):
+        with pytest.raises(ValueError, match="table must be one of auto, sm89, sm90, sm120, none, got 'sm100'"):
             ops.set_gemm_table("sm100")
+        assert ops.set_gemm_table("none") == "sm89"
+        assert ops.set_gemm_table("sm89") == "none"
         with ops.gemm_table("sm120"):
             assert ops.set_gemm_table("sm120") == "sm120"
         assert ops.set_gemm_table("auto") == "sm89", "the block must restore the table before it"

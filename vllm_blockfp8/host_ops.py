@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from .library import (FAMILIES, FORCE_ENV, FORCED_ROWS, GEMM_TABLES, SM90_ENV_SWITCHES, _IMPORT_ERROR,
+from .library import (ARCH_TABLES, FAMILIES, FORCE_ENV, FORCED_ROWS, GEMM_TABLES, SM90_ENV_SWITCHES, _IMPORT_ERROR,
                       HAS_CUDA_KERNELS, _lib, _need, kernels_unavailable_reason)
 
 # --------------------------------------------------------------------------------------------
@@ -153,9 +153,10 @@ def build_info() -> dict:
 
 def set_gemm_table(table: str) -> str:
     """Force the W8A8 GEMM's row table for this process (``BLOCKFP8_GEMM_TABLE``'s values: ``auto``,
-    ``sm89``, ``sm90``, ``sm120``) and return the previous setting. A forced table serves only GPUs its
-    kernels run on (the SM89 rows run on SM90 as well, which is how an H200 tests them); elsewhere the
-    GPU's own table serves. The linear op's path table follows the GEMM table. Needs the extension."""
+    ``sm89``, ``sm90``, ``sm120``, ``none``) and return the previous setting. A forced table serves only GPUs
+    its kernels run on (the SM89 rows run on SM90 as well, which is how an H200 tests them); elsewhere the
+    GPU's own table serves. ``none`` turns the W8A8 GEMM off: the linear op takes the GEMV or dequantize +
+    cuBLAS. The linear op's path table follows the GEMM table. Needs the extension."""
     _need(table in GEMM_TABLES, f"set_gemm_table: table must be one of {', '.join(GEMM_TABLES)}, got {table!r}")
     _need(HAS_CUDA_KERNELS, f"set_gemm_table needs the compiled extension ({_IMPORT_ERROR})")
     return torch.ops.blockfp8.set_gemm_table(table)
@@ -174,7 +175,7 @@ def gemm_table(table: str):
 def gemm_table_rows(table: str) -> list:
     """The rows of the W8A8 GEMM table ``table`` (``sm89``, ``sm90``, ``sm120``) as this build compiled them,
     without a GPU: [] for a table the build lacks."""
-    _need(table in GEMM_TABLES[1:], f"gemm_table_rows: table must be one of {', '.join(GEMM_TABLES[1:])}")
+    _need(table in ARCH_TABLES, f"gemm_table_rows: table must be one of {', '.join(ARCH_TABLES)}")
     _need(HAS_CUDA_KERNELS, f"gemm_table_rows needs the compiled extension ({_IMPORT_ERROR})")
     return json.loads(torch.ops.blockfp8.gemm_table_rows(table))
 
@@ -184,7 +185,7 @@ def gemm_self_check(table: str) -> list:
     (``unchecked``, ``passed`` or ``failed``, and the failure's detail). A table checks itself on the GPU it has
     never run on here (SM89, SM120), or everywhere with ``BLOCKFP8_SELF_CHECK=always``; a failed row yields to the
     reference kernel (``blockfp8_gemm``) or to dequantize + cuBLAS (``blockfp8_linear``)."""
-    _need(table in GEMM_TABLES[1:], f"gemm_self_check: table must be one of {', '.join(GEMM_TABLES[1:])}")
+    _need(table in ARCH_TABLES, f"gemm_self_check: table must be one of {', '.join(ARCH_TABLES)}")
     _need(HAS_CUDA_KERNELS, f"gemm_self_check needs the compiled extension ({_IMPORT_ERROR})")
     return json.loads(torch.ops.blockfp8.gemm_self_check(table))
 
@@ -193,7 +194,7 @@ def gemm_table_plan(table: str, m: int, n: int, k: int, sm_count: int, row: int 
     """The plan of ``table``'s row ``row`` (-1: the row its planner chooses) for an (m, n, k) problem at
     ``sm_count`` SMs, as ``gemm_k_plan`` answers for SM90: host logic, no GPU needed. None when the build
     lacks the table; ValueError for a problem the table cannot run."""
-    _need(table in GEMM_TABLES[1:], f"gemm_table_plan: table must be one of {', '.join(GEMM_TABLES[1:])}")
+    _need(table in ARCH_TABLES, f"gemm_table_plan: table must be one of {', '.join(ARCH_TABLES)}")
     _need(HAS_CUDA_KERNELS, f"gemm_table_plan needs the compiled extension ({_IMPORT_ERROR})")
     out = torch.ops.blockfp8.gemm_table_plan(table, row, m, n, k, sm_count)
     plan = json.loads(out) if out else None

@@ -69,8 +69,10 @@ SM90_ENV_SWITCHES = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n")
 
 
 # BLOCKFP8_GEMM_TABLE forces the W8A8 GEMM's row table for the process where its kernels run on the GPU (the SM89
-# rows run on SM90 too, so the H200 tests and times them); "auto" (or unset) is the GPU's own table.
-GEMM_TABLES = ("auto", "sm89", "sm90", "sm120")
+# rows run on SM90 too, so the H200 tests and times them); "none" turns the W8A8 GEMM off (the linear op takes the
+# GEMV or dequantize + cuBLAS); "auto" (or unset) is the GPU's own table.
+ARCH_TABLES = ("sm89", "sm90", "sm120")
+GEMM_TABLES = ("auto", *ARCH_TABLES, "none")
 
 
 def check_sm90_env(environ=None) -> None:

@@ -10,16 +10,21 @@
 namespace blockfp8::gemm {
 namespace {
 
-// 0: the device's own table; otherwise the forced arch.
+// 0: the device's own table; kNone: no table (the linear op's W8A8 path is off); otherwise the forced arch.
+constexpr int kNone = 1;
+
 int parse_table(const char* name) {
   if (name == nullptr || name[0] == '\0' || std::strcmp(name, "auto") == 0) return 0;
+  if (std::strcmp(name, "none") == 0) return kNone;
   if (std::strcmp(name, "sm89") == 0) return 89;
   if (std::strcmp(name, "sm90") == 0) return 90;
   if (std::strcmp(name, "sm120") == 0) return 120;
   return -1;
 }
 
-const char* table_name(int arch) { return arch == 89 ? "sm89" : arch == 90 ? "sm90" : arch == 120 ? "sm120" : "auto"; }
+const char* table_name(int t) {
+  return t == 89 ? "sm89" : t == 90 ? "sm90" : t == 120 ? "sm120" : t == kNone ? "none" : "auto";
+}
 
 // BLOCKFP8_GEMM_TABLE, read once (ops.py refuses an unknown name at import); set_table() changes it later.
 std::atomic<int>& forced_table() {
@@ -59,6 +64,7 @@ bool built(int arch) {
 
 int table_arch(int device_cc) {
   const int forced = forced_table().load();
+  if (forced == kNone) return 0;
   if (forced != 0 && runs_on(forced, device_cc)) return forced;
   return runs_on(device_cc, device_cc) ? device_cc : 0;
 }

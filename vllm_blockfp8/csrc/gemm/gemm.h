@@ -64,8 +64,9 @@ struct Plan {
 // this process (BLOCKFP8_GEMM_TABLE, set_table()) where its kernels run on that device, else the device's own
 // (89, 90 or 120); 0 when this build has no W8A8 GEMM table for the device.
 int table_arch(int device_cc);
-// Forces a table for this process ("sm89", "sm90", "sm120"; "auto" restores the device's own) and returns the previous
-// setting's name; nullptr (nothing changed) for an unknown name. The SM89 rows are compiled for sm_90a too, so an H200
+// Forces a table for this process ("sm89", "sm90", "sm120"; "none": no table, so the linear op takes the GEMV or the
+// dequantize + cuBLAS path; "auto" restores the device's own) and returns the previous setting's name; nullptr (nothing
+// changed) for an unknown name. The SM89 rows are compiled for sm_90a too, so an H200
 // runs them as forced rows; a forced table that cannot run on a device is ignored there.
 const char* set_table(const char* name);
 // True when this build compiled the table of `arch`.
