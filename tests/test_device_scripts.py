@@ -161,3 +161,66 @@ def test_ab_compare_settings_pairs_the_same_row_across_runs(tmp_path, capsys):
     text = capsys.readouterr().out
     # s1: sqrt(0.8 * 0.9); s2: sqrt(1.0 * 1.1); s3 only in the first pair: left out
     assert f"row / nosplit: {ab.geomean([math.sqrt(0.72), math.sqrt(1.1)]):.3f} over 2 points, faster at 1" in text
+
+
+# ---- dev/device/h200_pending.sh ----------------------------------------------------------------------------------
+
+
+PENDING = ROOT / "dev" / "device" / "h200_pending.sh"
+
+
+def test_pending_script_parses_and_its_paths_exist():
+    subprocess.run(["bash", "-n", str(PENDING)], check=True)
+    text = PENDING.read_text()
+    import re
+
+    paths = set(re.findall(r"(?:tests|dev/device|dev/probes)/[\w./]+\.(?:py|sh|cu)", text))
+    assert {"tests/test_gemm_sm89.py", "tests/test_fp4_native.py", "tests/test_tune.py",
+            "dev/device/sanitize_rows.py", "dev/probes/mma_fp8_rate.py"} <= paths
+    assert all((ROOT / p).exists() for p in paths), sorted(p for p in paths if not (ROOT / p).exists())
+    for module in re.findall(r"-m (benchmarks\.\w+)", text):
+        assert (ROOT / (module.replace(".", "/") + ".py")).exists(), module
+    assert 'TORCH_CUDA_ARCH_LIST="$ARCHS"' in text and 'ARCHS="8.9;9.0a"' in text
+
+
+def _run_pending(tmp_path: Path, fake_body: str) -> tuple[int, str, list[str], str]:
+    tree = tmp_path / "tree"
+    (tree / "dev" / "device").mkdir(parents=True)
+    shutil.copy(PENDING, tree / "dev" / "device" / "h200_pending.sh")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("nvidia-smi", "compute-sanitizer"):  # stand-ins: print and succeed
+        (bin_dir / tool).write_text('#!/bin/bash\necho "fake $0 $*"\n')
+        (bin_dir / tool).chmod(0o755)
+    fake = tmp_path / "fakepy.sh"
+    fake.write_text("#!/bin/bash\n" + fake_body + "\n")
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, OUT=str(out), PYTHON=str(fake), VK_ENV=str(tmp_path / "no_bundle.sh"),
+               PATH=f"{bin_dir}:{os.environ['PATH']}", BUDGET_S="120")
+    proc = subprocess.run(["bash", str(tree / "dev" / "device" / "h200_pending.sh")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    archive = out / "pending.tgz"
+    assert archive.exists(), proc.stdout + proc.stderr
+    with tarfile.open(archive) as t:
+        names = t.getnames()
+        summary = t.extractfile("pending/summary.txt").read().decode()
+    assert not (out / "pending").exists()
+    return proc.returncode, proc.stdout, names, summary
+
+
+def test_pending_script_runs_every_step_and_fails_loudly_without_vllm(tmp_path):
+    rc, log, names, summary = _run_pending(tmp_path, "exit 0")
+    for step in ("build", "tests", "memcheck", "racecheck", "mma_probe", "bench"):
+        assert any(line.startswith(step) for line in summary.splitlines()), (step, summary)
+        assert f"pending/{step}.log" in names
+    assert "DEGRADED: no vLLM bundle" in summary
+    assert rc == 1 and "FAILED or incomplete" in log  # no peers: the call does not pass
+
+
+def test_pending_script_stops_when_the_sm89_table_is_not_built(tmp_path):
+    # Every python call fails: the build "succeeds" (fake pip) but the extension check does not.
+    rc, log, names, summary = _run_pending(tmp_path, 'case "$*" in *build_info*) exit 1 ;; *) exit 0 ;; esac')
+    assert rc == 1 and "no extension with the SM89 GEMM table" in summary
+    assert not any(line.startswith("tests") for line in summary.splitlines())

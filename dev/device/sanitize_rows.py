@@ -3,10 +3,13 @@
     compute-sanitizer --tool memcheck  python dev/device/sanitize_rows.py
     compute-sanitizer --tool racecheck python dev/device/sanitize_rows.py
     compute-sanitizer --tool racecheck python dev/device/sanitize_rows.py gemm:sm90_coop --case 1
+    compute-sanitizer --tool memcheck  python dev/device/sanitize_rows.py gemm --table sm89
 
 Arguments (optional): FAMILY[:ROW] prefixes select rows (a full FAMILY:ROW name selects that row
 only, not the rows whose names extend it, e.g. gemm:sm90_swapab_128x32x128 vs its _ovl candidate);
---case I runs only the I-th case of each, so a hazard report can be tied to one launch.
+--case I runs only the I-th case of each, so a hazard report can be tied to one launch. --table sm89 forces that
+W8A8 GEMM table for the process (ops.set_gemm_table: the SM89 rows run on the H200 from their sm_90a code) and adds
+its ragged cases: M one short of and past each row's token tile, odd N (the element-by-element store).
 
 Covers every row of tile_table("quant") and tile_table("gemv") and, where this GPU has one,
 tile_table("gemm"). Shapes
@@ -62,6 +65,13 @@ def _gemm_cases(row: dict):
     return cases
 
 
+def _sm89_gemm_cases(row: dict):
+    # M ragged against the row's token tile (tile - 5, tile + 3, and 300 = 2 x 128 + 44), N odd (no pair stores) or
+    # past a 128-row weight tile by 8, K = 384 (3 blocks: K slices at small M) and 7168 (56 blocks).
+    tile = row["max_m"] or 128
+    return [(tile - 5, 523, 384), (tile + 3, 2120, 7168), (300, 4104, 1024), (1, 257, 12288)]
+
+
 def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
     g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 13 + k)
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
@@ -98,12 +108,22 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("only", nargs="*", metavar="FAMILY[:ROW]", help="run only rows with these prefixes")
     parser.add_argument("--case", type=int, help="run only this case (index) of each row")
+    parser.add_argument("--table", choices=("auto", "sm89", "sm90", "sm120"), default="auto",
+                        help="force this W8A8 GEMM table (sm89 adds its ragged cases)")
     args = parser.parse_args(argv)
     only, case = args.only, args.case
     if not (torch.cuda.is_available() and ops.HAS_CUDA_KERNELS):
         print("sanitize_rows: needs a CUDA GPU and the compiled extension", file=sys.stderr)
         return 2
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    if args.table != "auto":
+        ops.set_gemm_table(args.table)
+        built = [r["name"] for r in ops.gemm_table_rows(args.table)]
+        got = [r["name"] for r in ops.tile_table("gemm")]
+        if not built or got != built:  # a forced table this GPU or build cannot run: say so, never test another
+            print(f"sanitize_rows: the {args.table} GEMM table is not in force here (built rows {built}, "
+                  f"tile_table('gemm') {got})", file=sys.stderr)
+            return 2
     failed = 0
     tables = {family: ops.tile_table(family) for family in ("quant", "gemv", "gemm")}
     full_names = {f"{family}:{row['name']}" for family, rows in tables.items() for row in rows}
@@ -115,7 +135,8 @@ def main(argv: list[str]) -> int:
         for row in rows:
             if not selected(f"{family}:{row['name']}"):
                 continue
-            cases = {"quant": _quant_cases(row), "gemv": _gemv_cases(row, sm_count)}.get(family) or _gemm_cases(row)
+            cases = {"quant": _quant_cases(row), "gemv": _gemv_cases(row, sm_count)}.get(family) or (
+                _sm89_gemm_cases(row) if args.table == "sm89" else _gemm_cases(row))
             if case is not None:
                 cases = [cases[case]] if case < len(cases) else []
             ran, skipped = [], []
