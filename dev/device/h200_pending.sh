@@ -12,7 +12,8 @@
 #              sm_90a; the generic kernels are built for both), MAX_JOBS=16, BLOCKFP8_ARCH_JOBS=12; skipped when
 #              the sources and arch list hash to the last build's stamp. A build without the SM89 table stops the call.
 #   tests      (330 build, then 150) the GPU tests never run on hardware: tests/test_gemm_sm89.py,
-#              test_fp4_native.py, test_tune.py, test_bench_sm89.py, and test_gemm.py -k self_check where present.
+#              test_fp4_native.py, test_tune.py, test_bench_sm89.py, test_host_logic.py, test_fp4.py (the every-row test), and
+#              test_gemm.py -k self_check where present.
 #              A GPU test skipped for want of a GPU or kernels fails the step.
 #   memcheck   (100) compute-sanitizer memcheck, every SM89 row at its ragged cases (sanitize_rows.py --table sm89)
 #   racecheck  (100) compute-sanitizer racecheck, every SM89 row at its first ragged case
@@ -114,7 +115,7 @@ sys.exit(0 if ops.HAS_CUDA_KERNELS and 'sm89' in info.get('families', {}).get('g
 fi
 
 # ---- tests never run on hardware -----------------------------------------------------------------------------------
-TESTS="tests/test_gemm_sm89.py tests/test_fp4_native.py tests/test_tune.py tests/test_bench_sm89.py"
+TESTS="tests/test_gemm_sm89.py tests/test_fp4_native.py tests/test_tune.py tests/test_bench_sm89.py tests/test_host_logic.py tests/test_fp4.py::test_every_row_runs_on_a_model_shape"
 step tests 150 bash -c "set -o pipefail; rc=0
   $PY -m pytest -q -rs -p no:cacheprovider --maxfail=30 $TESTS || rc=1
   if grep -q self_check tests/test_gemm.py; then $PY -m pytest -q -rs -p no:cacheprovider tests/test_gemm.py -k self_check || rc=1; fi
