@@ -42,6 +42,10 @@ _SCHEMAS = {
                    "int row=-1) -> Tensor"),
     "nvfp4_native_rows": "nvfp4_native_rows() -> str",
     "nvfp4_native_path": "nvfp4_native_path(int cc, int m, int n, int k) -> str",
+    "nvfp4_gemm_reference": ("nvfp4_gemm_reference(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor alpha) "
+                             "-> (Tensor, Tensor)"),
+    "nvfp4_self_check": "nvfp4_self_check() -> str",
+    "nvfp4_self_check_run": "nvfp4_self_check_run(int row, bool corrupt) -> str",
     "tile_table": "tile_table(str family) -> str",
     "select_row": "select_row(str family, int m, int n, int k) -> int",
     "row_rejects": "row_rejects(str family, int row, int m, int n, int k, int x_address, int x_stride) -> str",
@@ -741,3 +745,72 @@ def gemm_table_plan(table: str, m: int, n: int, k: int, sm_count: int, row: int 
     _need(plan is None or "error" not in plan, f"gemm_table_plan({table}, m={m}, n={n}, k={k}, "
           f"sm_count={sm_count}, row={row}): {plan and plan.get('error')}")
     return plan
+
+
+# --------------------------------------------------------------------------------------------
+# Native NVFP4 rows' first-use self-check (csrc/fp4/first_use.cpp) and its reference kernel
+# --------------------------------------------------------------------------------------------
+
+
+def nvfp4_gemm_reference(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                         alpha: torch.Tensor):
+    """The native NVFP4 GEMM's arch-neutral reference kernel (any CUDA GPU), the yardstick of the native rows'
+    first-use self-check: operands as :func:`nvfp4_gemm` (swizzled scales), K % 16 == 0. Returns (fp32 [M, N]
+    alpha * dequant(a) @ dequant(b)^T, fp32 [M, N] |alpha| * sum_k |a| |b| sa sb: the check's tolerance scale)."""
+    _need(isinstance(a, torch.Tensor) and a.dim() == 2, "a must be uint8 [M, K/2]")
+    k = a.shape[1] * 2
+    _need(k > 0 and k % 16 == 0, f"K = {k} must be a positive multiple of 16")
+    m = _check_nvfp4_weight("a", a, k)
+    n = _check_nvfp4_weight("b", b, k)
+    for name, t, rows in (("a_scale", a_scale, m), ("b_scale", b_scale, n)):
+        want = reference.nvfp4_sf_shape(rows, k)
+        _need(t.dtype == reference.FP8_DTYPE and tuple(t.shape) == want and t.is_contiguous(),
+              f"{name} must be swizzled contiguous float8_e4m3fn {list(want)}, got {t.dtype} {list(t.shape)}")
+        _need(t.device == a.device, f"{name} is on {t.device} but a is on {a.device}")
+    _need(b.device == a.device, f"b is on {b.device} but a is on {a.device}")
+    _one_fp32("alpha", alpha, a.device)
+    return torch.ops.blockfp8.nvfp4_gemm_reference(a, a_scale, b, b_scale, alpha.reshape(1))
+
+
+def _nvfp4_gemm_reference_ref(a, a_scale, b, b_scale, alpha):
+    k = a.shape[1] * 2
+    sa = reference.unswizzle_nvfp4_scale(a_scale, a.shape[0], k)
+    sb = reference.unswizzle_nvfp4_scale(b_scale, b.shape[0], k)
+    ref = reference.nvfp4_gemm_ref(a, sa, b, sb, alpha)
+
+    def mags(t):  # sign bits cleared: 0x77 on packed codes, 0x7f on e4m3
+        return t.view(torch.uint8) & (0x77 if t.dtype == torch.uint8 else 0x7F)
+
+    mag = reference.nvfp4_gemm_ref(mags(a), mags(sa).view(reference.FP8_DTYPE), mags(b),
+                                   mags(sb).view(reference.FP8_DTYPE), alpha.abs())
+    return ref.float(), mag.float()
+
+
+@torch.library.register_fake("blockfp8::nvfp4_gemm_reference")
+def _nvfp4_gemm_reference_fake(a, a_scale, b, b_scale, alpha):
+    shape = (a.shape[0], b.shape[0])
+    return a.new_empty(shape, dtype=torch.float32), a.new_empty(shape, dtype=torch.float32)
+
+
+_lib.impl("nvfp4_gemm_reference", _nvfp4_gemm_reference_ref, "CPU")
+if not HAS_CUDA_KERNELS:
+    _lib.impl("nvfp4_gemm_reference", _nvfp4_gemm_reference_ref, "CUDA")
+    _lib.impl("nvfp4_self_check", lambda: "[]", "CompositeExplicitAutograd")
+
+
+def nvfp4_self_check() -> list:
+    """Each native NVFP4 row (``nvfp4_native_rows()``) with its first-use self-check state in this process
+    (``unchecked``, ``passed`` or ``failed``, and the failure's detail); no GPU needed. The rows check themselves on
+    an SM120 GPU (or wherever they would run with ``BLOCKFP8_SELF_CHECK=always``) against the reference kernel; a
+    failed row yields to the W4A16 path (``nvfp4_linear``) or to the reference kernel (``nvfp4_gemm``)."""
+    return json.loads(torch.ops.blockfp8.nvfp4_self_check())
+
+
+def nvfp4_self_check_run(row: int = -1, corrupt: bool = False) -> str:
+    """Runs native row ``row``'s self-check now on the current GPU, outside the per-process state (no warning, no
+    fallback): "" on a match, else what went wrong. ``row=-1`` checks the reference kernel against itself, which
+    any CUDA GPU can run (the deterministic problem, the tolerance and the comparison); ``corrupt`` perturbs one
+    output as ``BLOCKFP8_SELF_CHECK_CORRUPT`` does."""
+    _need(HAS_CUDA_KERNELS, f"nvfp4_self_check_run needs the compiled extension ({_IMPORT_ERROR})")
+    _need(torch.cuda.is_available(), "nvfp4_self_check_run needs a CUDA GPU")
+    return torch.ops.blockfp8.nvfp4_self_check_run(int(row), bool(corrupt))
