@@ -185,7 +185,7 @@ def _ext_modules():
     # options.cpp in every build: the quantizer follows the SM90 launch mode wherever it runs.
     host = [str(CSRC / f) for f in ("ops.cpp", "host_queries.cpp", "common/overrides.cpp", "linear/linear.cpp",
                                     "gemm/gemm.cpp", "gemm/first_use.cpp", "gemm/sm90/options.cpp",
-                                    "fp4/sm120/table.cpp")]
+                                    "common/first_use.cpp", "fp4/sm120/table.cpp", "fp4/first_use.cpp")]
     host += [str(CSRC / f) for a in built for f in ARCHS[a]["host"]]
     nvcc_common = ["-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-lineinfo"]
     generic_gencode = []

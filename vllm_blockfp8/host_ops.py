@@ -31,6 +31,7 @@ if not HAS_CUDA_KERNELS:
     _lib.impl("nvfp4_native_rows", lambda: "[]", "CompositeExplicitAutograd")
     _lib.impl("nvfp4_native_path", lambda cc, m, n, k: json.dumps({"native": False, "why": "no extension"}),
               "CompositeExplicitAutograd")
+    _lib.impl("nvfp4_self_check", lambda: "[]", "CompositeExplicitAutograd")
 
 
 def tile_table(family: str) -> list:
@@ -216,3 +217,21 @@ def nvfp4_native_path(cc: tuple, m: int, n: int, k: int) -> dict:
     if not HAS_CUDA_KERNELS:
         return {"native": False, "why": f"the compiled extension is not loaded ({_IMPORT_ERROR})"}
     return json.loads(torch.ops.blockfp8.nvfp4_native_path(cc[0] * 10 + cc[1], m, n, k))
+
+
+def nvfp4_self_check() -> list:
+    """Each native NVFP4 row (``nvfp4_native_rows()``) with its first-use self-check state in this process
+    (``unchecked``, ``passed`` or ``failed``, and the failure's detail); no GPU needed. The rows check themselves on
+    an SM120 GPU (or wherever they would run with ``BLOCKFP8_SELF_CHECK=always``) against the reference kernel; a
+    failed row yields to the W4A16 path (``nvfp4_linear``) or to the reference kernel (``nvfp4_gemm``)."""
+    return json.loads(torch.ops.blockfp8.nvfp4_self_check())
+
+
+def nvfp4_self_check_run(row: int = -1, corrupt: bool = False) -> str:
+    """Runs native row ``row``'s self-check now on the current GPU, outside the per-process state (no warning, no
+    fallback): "" on a match, else what went wrong. ``row=-1`` checks the reference kernel against itself, which
+    any CUDA GPU can run (the deterministic problem, the tolerance and the comparison); ``corrupt`` perturbs one
+    output as ``BLOCKFP8_SELF_CHECK_CORRUPT`` does."""
+    _need(HAS_CUDA_KERNELS, f"nvfp4_self_check_run needs the compiled extension ({_IMPORT_ERROR})")
+    _need(torch.cuda.is_available(), "nvfp4_self_check_run needs a CUDA GPU")
+    return torch.ops.blockfp8.nvfp4_self_check_run(int(row), bool(corrupt))

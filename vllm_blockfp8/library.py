@@ -25,6 +25,10 @@ _SCHEMAS = {
                    "int row=-1) -> Tensor"),
     "nvfp4_native_rows": "nvfp4_native_rows() -> str",
     "nvfp4_native_path": "nvfp4_native_path(int cc, int m, int n, int k) -> str",
+    "nvfp4_gemm_reference": ("nvfp4_gemm_reference(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor alpha) "
+                             "-> (Tensor, Tensor)"),
+    "nvfp4_self_check": "nvfp4_self_check() -> str",
+    "nvfp4_self_check_run": "nvfp4_self_check_run(int row, bool corrupt) -> str",
     "tile_table": "tile_table(str family) -> str",
     "select_row": "select_row(str family, int m, int n, int k) -> int",
     "row_rejects": "row_rejects(str family, int row, int m, int n, int k, int x_address, int x_stride) -> str",

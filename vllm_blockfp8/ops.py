@@ -23,7 +23,7 @@ from . import reference
 # The library (schemas, the extension, the switches) and the host-only ops are part of this module's public API.
 from .host_ops import (TUNED_FIELDS, build_info, check_forced_rows, gemm_k_plan, gemm_self_check,  # noqa: F401
                        gemm_table, gemm_table_plan, gemm_table_rows, gemv_pins_residency, nvfp4_native_path,
-                       nvfp4_native_rows, selected_row, set_gemm_table, set_sm90_pdl, set_tuned_rows, sm90_pdl,
+                       nvfp4_native_rows, nvfp4_self_check, nvfp4_self_check_run, selected_row, set_gemm_table, set_sm90_pdl, set_tuned_rows, sm90_pdl,
                        tile_table, tuned_rows)
 from .library import (FAMILIES, FORCE_ENV, FORCED_ROWS, GEMM_TABLES, SM90_ENV_SWITCHES, _IMPORT_ERROR,  # noqa: F401
                       HAS_CUDA_KERNELS, _lib, _need, check_sm90_env, kernels_unavailable_reason, parse_force)
@@ -401,9 +401,50 @@ def nvfp4_native_operands(b_scale: torch.Tensor, input_scale: torch.Tensor, weig
     return {"b_scale_swizzled": nvfp4_swizzle_scale(b_scale), "input_scale": isc, "alpha": (isc * gs).contiguous()}
 
 
+def nvfp4_gemm_reference(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                         alpha: torch.Tensor):
+    """The native NVFP4 GEMM's arch-neutral reference kernel (any CUDA GPU), the yardstick of the native rows'
+    first-use self-check: operands as :func:`nvfp4_gemm` (swizzled scales), K % 16 == 0. Returns (fp32 [M, N]
+    alpha * dequant(a) @ dequant(b)^T, fp32 [M, N] |alpha| * sum_k |a| |b| sa sb: the check's tolerance scale)."""
+    _need(isinstance(a, torch.Tensor) and a.dim() == 2, "a must be uint8 [M, K/2]")
+    k = a.shape[1] * 2
+    _need(k > 0 and k % 16 == 0, f"K = {k} must be a positive multiple of 16")
+    m = _check_nvfp4_weight("a", a, k)
+    n = _check_nvfp4_weight("b", b, k)
+    for name, t, rows in (("a_scale", a_scale, m), ("b_scale", b_scale, n)):
+        want = reference.nvfp4_sf_shape(rows, k)
+        _need(t.dtype == reference.FP8_DTYPE and tuple(t.shape) == want and t.is_contiguous(),
+              f"{name} must be swizzled contiguous float8_e4m3fn {list(want)}, got {t.dtype} {list(t.shape)}")
+        _need(t.device == a.device, f"{name} is on {t.device} but a is on {a.device}")
+    _need(b.device == a.device, f"b is on {b.device} but a is on {a.device}")
+    _one_fp32("alpha", alpha, a.device)
+    return torch.ops.blockfp8.nvfp4_gemm_reference(a, a_scale, b, b_scale, alpha.reshape(1))
+
+
+def _nvfp4_gemm_reference_ref(a, a_scale, b, b_scale, alpha):
+    k = a.shape[1] * 2
+    sa = reference.unswizzle_nvfp4_scale(a_scale, a.shape[0], k)
+    sb = reference.unswizzle_nvfp4_scale(b_scale, b.shape[0], k)
+    ref = reference.nvfp4_gemm_ref(a, sa, b, sb, alpha)
+
+    def mags(t):  # sign bits cleared: 0x77 on packed codes, 0x7f on e4m3
+        return t.view(torch.uint8) & (0x77 if t.dtype == torch.uint8 else 0x7F)
+
+    mag = reference.nvfp4_gemm_ref(mags(a), mags(sa).view(reference.FP8_DTYPE), mags(b),
+                                   mags(sb).view(reference.FP8_DTYPE), alpha.abs())
+    return ref.float(), mag.float()
+
+
+@torch.library.register_fake("blockfp8::nvfp4_gemm_reference")
+def _nvfp4_gemm_reference_fake(a, a_scale, b, b_scale, alpha):
+    shape = (a.shape[0], b.shape[0])
+    return a.new_empty(shape, dtype=torch.float32), a.new_empty(shape, dtype=torch.float32)
+
+
 for _name, _fn in (("per_token_group_quant", _quant_ref), ("gemv", _gemv_ref), ("gemm", _gemm_ref),
                    ("linear", _linear_ref), ("nvfp4_linear", _nvfp4_linear_ref), ("nvfp4_quant", _nvfp4_quant_ref),
-                   ("nvfp4_swizzle_scale", reference.swizzle_nvfp4_scale), ("nvfp4_gemm", _nvfp4_gemm_ref)):
+                   ("nvfp4_swizzle_scale", reference.swizzle_nvfp4_scale), ("nvfp4_gemm", _nvfp4_gemm_ref),
+                   ("nvfp4_gemm_reference", _nvfp4_gemm_reference_ref)):
     _lib.impl(_name, _fn, "CPU")
     if not HAS_CUDA_KERNELS:
         _lib.impl(_name, _fn, "CUDA")

@@ -1,6 +1,7 @@
 // Host-only ops (schemas in vllm_blockfp8/library.py): the tile tables, the row a family selects, why a row refuses a
 // problem, the SM90 GEMM's plan, and build facts. No tensors; answers are JSON or plain values (no exception
 // crosses the stable ABI where an op can answer with an error instead). Registered as CompositeExplicitAutograd.
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/library.h>
 
 #include <cstdint>
@@ -219,6 +220,22 @@ std::string op_nvfp4_native_path(int64_t cc, int64_t m, int64_t n, int64_t k) {
   return std::string("{\"native\": true, \"row\": \"") + fp4::native::row(fp4::native::select(shape)).name + "\"}";
 }
 
+// The native NVFP4 rows' first-use self-check states (fp4/native.h): "[]" for a build without sm_120a. No device.
+std::string op_nvfp4_self_check() { return fp4::native::self_check_json(); }
+
+// Runs native row `row`'s self-check now on the current device and its current stream, outside the registry: "" or
+// what went wrong. row = -1: the reference kernel against itself (any GPU). A test hook for the check's yardstick.
+std::string op_nvfp4_self_check_run(int64_t row, bool corrupt) {
+  STD_TORCH_CHECK(row >= -1 && row < fp4::native::num_rows(), "blockfp8: nvfp4_self_check_run: row ", row,
+                  " out of range (-1 for the reference, else < ", fp4::native::num_rows(), ")");
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  STD_TORCH_CHECK(err == cudaSuccess, "blockfp8: nvfp4_self_check_run needs a CUDA device: ", cudaGetErrorString(err));
+  void* stream = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
+  return fp4::native::check_row(int(row), corrupt, static_cast<cudaStream_t>(stream));
+}
+
 std::string op_build_info() {
   std::string archs = BLOCKFP8_ARCHS;  // set by setup.py, e.g. "8.9;9.0a;12.0a"
   // The hash of the compiled sources (setup.py): a tuned file measured on another build is stale.
@@ -261,6 +278,8 @@ STABLE_TORCH_LIBRARY_IMPL(blockfp8, CompositeExplicitAutograd, m) {
   m.impl("build_info", TORCH_BOX(&blockfp8::op_build_info));
   m.impl("nvfp4_native_rows", TORCH_BOX(&blockfp8::op_nvfp4_native_rows));
   m.impl("nvfp4_native_path", TORCH_BOX(&blockfp8::op_nvfp4_native_path));
+  m.impl("nvfp4_self_check", TORCH_BOX(&blockfp8::op_nvfp4_self_check));
+  m.impl("nvfp4_self_check_run", TORCH_BOX(&blockfp8::op_nvfp4_self_check_run));
   m.impl("set_sm90_pdl", TORCH_BOX(&blockfp8::op_set_sm90_pdl));
   m.impl("set_gemm_table", TORCH_BOX(&blockfp8::op_set_gemm_table));
   m.impl("set_tuned_rows", TORCH_BOX(&blockfp8::op_set_tuned_rows));

@@ -25,6 +25,7 @@
 #include "common/vector_rows.h"
 #include "fp4/fp4.h"
 #include "fp4/native.h"
+#include "fp4/native_reference.h"
 #include "gemm/first_use.h"
 #include "gemm/gemm.h"
 #include "gemm/reference.h"
@@ -326,8 +327,10 @@ std::tuple<Tensor, Tensor> nvfp4_quantize(const Tensor& x_in, const Tensor& inpu
   return {q, sf};
 }
 
+// The native GEMM on quantized operands; a row that failed its first-use self-check (or is unchecked inside a graph
+// capture) yields to the reference kernel here, as the W8A8 GEMM op does (nvfp4_linear asks first and goes W4A16).
 Tensor run_nvfp4_gemm(const Tensor& a, const Tensor& a_sf, const Tensor& b, const Tensor& b_sf, const Tensor& alpha,
-                      ScalarType out_dtype, int i) {
+                      ScalarType out_dtype, int i, int cc) {
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1) * 2;
   Tensor out = torch::stable::new_empty(a, {m, n}, out_dtype);
   fp4::native::GemmProblem p;
@@ -345,6 +348,10 @@ Tensor run_nvfp4_gemm(const Tensor& a, const Tensor& a_sf, const Tensor& b, cons
   const char* why = fp4::native::rejects(i, p);
   STD_TORCH_CHECK(why == nullptr, "blockfp8: native NVFP4 row ", fp4::native::row(i).name, ": ", why);
   log_row("nvfp4_native", fp4::native::row(i).name, m, n, k);
+  if (m > 0 && !fp4::native::native_row_usable(i, cc, current_stream(a))) {
+    check_cuda(fp4::native::launch_reference(p, nullptr, nullptr, current_stream(a)), "reference NVFP4 GEMM");
+    return out;
+  }
   std::optional<Tensor> workspace;
   if (const size_t ws = fp4::native::workspace_bytes(i, p); ws > 0) {
     workspace = torch::stable::new_empty(a, {int64_t(ws)}, ScalarType::Byte);
@@ -449,9 +456,10 @@ Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, 
     fp4::native::GemmProblem shape;
     shape.m = m, shape.n = n, shape.k = k;
     const int i = fp4::native::select(shape);
-    if (fp4::native::row_trusted(i, x.get_device_index())) {  // FIRST-USE HOOK (native.h): the one call site
+    // A row that failed its first-use self-check, or is unchecked inside a graph capture: the W4A16 path below.
+    if (fp4::native::native_row_usable(i, dev.cc, current_stream(x))) {
       auto [q, sf] = nvfp4_quantize(x, *input_scale);
-      Tensor out = run_nvfp4_gemm(q, sf, b, *b_scale_swizzled, *alpha, x.scalar_type(), i);
+      Tensor out = run_nvfp4_gemm(q, sf, b, *b_scale_swizzled, *alpha, x.scalar_type(), i, dev.cc);
       if (bias.has_value()) add_bias(out, *bias);
       return out;
     }
@@ -512,7 +520,38 @@ Tensor op_nvfp4_gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor 
                   "blockfp8: a_scale and b_scale must be swizzled (nvfp4_quant, nvfp4_swizzle_scale)");
   STD_TORCH_CHECK(alpha.scalar_type() == ScalarType::Float && alpha.numel() == 1, "blockfp8: alpha must be one fp32");
   torch::stable::accelerator::DeviceGuard guard(a.get_device_index());
-  return run_nvfp4_gemm(a, a_scale, b, b_scale, alpha, out_dtype, int(row));
+  return run_nvfp4_gemm(a, a_scale, b, b_scale, alpha, out_dtype, int(row), device_facts(a.get_device_index()).cc);
+}
+
+// The arch-neutral reference of the native GEMM (fp4/native_reference.h) on the same operands as nvfp4_gemm (k % 16
+// only: no alignment or tile preconditions): its fp32 result and the magnitudes of the self-check's tolerance, so any
+// GPU can test the yardstick against reference.py.
+std::tuple<Tensor, Tensor> op_nvfp4_gemm_reference(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor alpha) {
+  STD_TORCH_CHECK(a.scalar_type() == ScalarType::Byte && b.scalar_type() == ScalarType::Byte && a.dim() == 2 &&
+                      b.dim() == 2 && a.is_contiguous() && b.is_contiguous() && a.size(1) == b.size(1) &&
+                      a.size(1) > 0 && a.size(1) % 8 == 0,
+                  "blockfp8: a and b must be contiguous uint8 [M, K/2] and [N, K/2] with K > 0, K % 16 == 0");
+  const int64_t m = a.size(0), n = b.size(0), k = a.size(1) * 2;
+  STD_TORCH_CHECK(a_scale.scalar_type() == ScalarType::Float8_e4m3fn &&
+                      b_scale.scalar_type() == ScalarType::Float8_e4m3fn && a_scale.is_contiguous() &&
+                      b_scale.is_contiguous() && a_scale.numel() == fp4::native::sf_rows(m) * fp4::native::sf_cols(k) &&
+                      b_scale.numel() == fp4::native::sf_rows(n) * fp4::native::sf_cols(k),
+                  "blockfp8: a_scale and b_scale must be swizzled (nvfp4_quant, nvfp4_swizzle_scale)");
+  STD_TORCH_CHECK(alpha.scalar_type() == ScalarType::Float && alpha.numel() == 1, "blockfp8: alpha must be one fp32");
+  torch::stable::accelerator::DeviceGuard guard(a.get_device_index());
+  Tensor ref = torch::stable::new_empty(a, {m, n}, ScalarType::Float);
+  Tensor mag = torch::stable::new_empty(a, {m, n}, ScalarType::Float);
+  fp4::native::GemmProblem p;
+  p.a = static_cast<const uint8_t*>(a.data_ptr());
+  p.a_sf = static_cast<const uint8_t*>(a_scale.data_ptr());
+  p.b = static_cast<const uint8_t*>(b.data_ptr());
+  p.b_sf = static_cast<const uint8_t*>(b_scale.data_ptr());
+  p.alpha = static_cast<const float*>(alpha.data_ptr());
+  p.m = m, p.n = n, p.k = k;
+  check_cuda(fp4::native::launch_reference(p, static_cast<float*>(ref.data_ptr()), static_cast<float*>(mag.data_ptr()),
+                                           current_stream(a)),
+             "reference NVFP4 GEMM");
+  return {ref, mag};
 }
 
 }  // namespace
@@ -527,4 +566,5 @@ STABLE_TORCH_LIBRARY_IMPL(blockfp8, CUDA, m) {
   m.impl("nvfp4_quant", TORCH_BOX(&blockfp8::op_nvfp4_quant));
   m.impl("nvfp4_swizzle_scale", TORCH_BOX(&blockfp8::op_nvfp4_swizzle_scale));
   m.impl("nvfp4_gemm", TORCH_BOX(&blockfp8::op_nvfp4_gemm));
+  m.impl("nvfp4_gemm_reference", TORCH_BOX(&blockfp8::op_nvfp4_gemm_reference));
 }

@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "../common/tile_row.h"
 
@@ -104,10 +105,20 @@ constexpr int64_t kNativeMinM = 17;
 // cc is major * 10 + minor. Reads BLOCKFP8_NVFP4_W4A16 once per process.
 const char* path_rejects(int cc, int64_t m, int64_t n, int64_t k);
 
-// FIRST-USE HOOK (issue #44): the native rows have never run on SM120 hardware here. The first-use self-check
-// (csrc/gemm/first_use.*, another change) is wired in HERE, the one call site being op_nvfp4_linear: it should
-// run row i once per (device, row) against the W4A16 path and return false (after one warning) on a mismatch.
-// Until then it trusts the row.
-bool row_trusted(int i, int device);
+// First-use self-check (fp4/first_use.cpp, shared registry common/first_use.h): the native rows have never run on
+// SM120 hardware here. Whether row i may run on this call on a GPU of compute capability cc, on stream s: true where
+// the row needs no check (cc != 120 without BLOCKFP8_SELF_CHECK=always) or passed it; false where it failed its check
+// (one warning, for the process) or is unchecked while s is capturing a CUDA graph. The first eligible call runs the
+// check (synchronizing s). Callers then take their safe path: nvfp4_linear the W4A16 path, nvfp4_gemm the reference
+// kernel (native_reference.h).
+bool native_row_usable(int i, int cc, cudaStream_t s);
+
+// Runs row i's check now on the current device and stream s, outside the registry (no state, no warning): "" on a
+// match, else what went wrong. i = -1 checks the reference kernel against itself (any GPU: the H200 tests the
+// yardstick, the fill and the comparison with it); corrupt perturbs the output as BLOCKFP8_SELF_CHECK_CORRUPT does.
+std::string check_row(int i, bool corrupt, cudaStream_t s);
+
+// The native rows' check states as JSON: [{"name", "state": "unchecked" | "passed" | "failed", "detail"}].
+std::string self_check_json();
 
 }  // namespace blockfp8::fp4::native

@@ -1,52 +1,31 @@
-// First-use self-check of the W8A8 GEMM rows (first_use.h has the rule and the switches). Host logic plus
-// cudaMalloc'd scratch; never runs inside a CUDA graph capture.
+// First-use self-check of the W8A8 GEMM rows (first_use.h has the rule and the switches): which rows need it, and
+// the check itself (host logic plus cudaMalloc'd scratch). The per-row state, the warning and the capture rule are
+// the shared registry's (common/first_use.h).
 #include "first_use.h"
 
-#include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <mutex>
 
+#include "../common/first_use.h"
 #include "reference.h"
 
 namespace blockfp8::gemm {
 namespace {
 
-enum State : int { kUnchecked = 0, kPassed = 1, kFailed = 2 };
-constexpr int kMaxRows = 64;
+constexpr const char* kFamily = "gemm";
 
-int slot(int arch) { return arch == 89 ? 0 : arch == 90 ? 1 : arch == 120 ? 2 : -1; }
-
-struct RowState {
-  std::atomic<int> state{kUnchecked};
-  char detail[160] = {};
-};
-RowState g_rows[3][kMaxRows];
-std::mutex g_mu;  // one check at a time
-
-bool check_always() {
-  static const bool on = [] {
-    const char* v = std::getenv("BLOCKFP8_SELF_CHECK");
-    return v != nullptr && std::strcmp(v, "always") == 0;
-  }();
-  return on;
-}
-
-const char* corrupt_row() {
-  static const char* name = std::getenv("BLOCKFP8_SELF_CHECK_CORRUPT");
-  return name;
-}
+bool known_table(int arch) { return arch == 89 || arch == 90 || arch == 120; }
 
 // Tables that have never run on their own hardware here check themselves there; BLOCKFP8_SELF_CHECK=always: all.
 bool needs_check(int arch, int device_cc) {
-  return check_always() || (arch == device_cc && (arch == 89 || arch == 120));
+  return first_use::check_always() || (arch == device_cc && (arch == 89 || arch == 120));
 }
 
 // Runs row `row` of table `arch` once on a deterministic problem: M in the row's bucket (its largest M less 3, so
 // the last token tile is ragged; 197 for the unbounded row), N = 264 (two full 128-wide weight tiles and a ragged
 // 8-wide one), K = 512 (four scale blocks); compares to the reference. Returns "" on a match, else what went wrong.
-std::string run_check(int arch, int row, int sm_count, cudaStream_t s) {
+// corrupt: the test switch names this row (its output is perturbed inside the comparison).
+std::string run_check(int arch, int row, int sm_count, bool corrupt, cudaStream_t s) {
   const TileRow& info = gemm::row(arch, row);
   Problem p{};
   p.arch = arch, p.sm_count = sm_count, p.out_bf16 = true;
@@ -73,7 +52,6 @@ std::string run_check(int arch, int row, int sm_count, cudaStream_t s) {
   unsigned* result = reinterpret_cast<unsigned*>(buf + off_res);
   unsigned host[2] = {0, 0};
   std::string out;
-  const bool corrupt = corrupt_row() != nullptr && std::strcmp(corrupt_row(), info.name) == 0;
   if (const char* why = rejects(p)) {
     out = std::string("the check problem is rejected: ") + why;
   } else {
@@ -104,43 +82,16 @@ std::string run_check(int arch, int row, int sm_count, cudaStream_t s) {
 }  // namespace
 
 bool row_usable(const Problem& p, int row, int device_cc, cudaStream_t s) {
-  const int t = slot(p.arch);
-  if (t < 0 || row < 0 || row >= kMaxRows || !needs_check(p.arch, device_cc)) return true;
-  RowState& r = g_rows[t][row];
-  const int st = r.state.load();
-  if (st != kUnchecked) return st == kPassed;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return false;
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (r.state.load() != kUnchecked) return r.state.load() == kPassed;
-  const std::string why = run_check(p.arch, row, p.sm_count, s);
-  std::snprintf(r.detail, sizeof r.detail, "%s", why.c_str());
-  if (!why.empty()) {
-    std::fprintf(stderr,
-                 "[blockfp8] WARNING: W8A8 GEMM row %s failed its first-use self-check against the reference: %s. "
-                 "The row is disabled for this process (the GEMM op runs the reference kernel, the linear op "
-                 "dequantizes + cuBLAS).\n",
-                 gemm::row(p.arch, row).name, why.c_str());
-  }
-  r.state.store(why.empty() ? kPassed : kFailed);
-  return why.empty();
+  if (!known_table(p.arch) || row < 0 || row >= num_rows(p.arch) || !needs_check(p.arch, device_cc)) return true;
+  static const first_use::Words words{
+      "W8A8 GEMM", "the GEMM op runs the reference kernel, the linear op dequantizes + cuBLAS"};
+  return first_use::usable({kFamily, p.arch, row, gemm::row(p.arch, row).name}, words, s,
+                           [&](bool corrupt) { return run_check(p.arch, row, p.sm_count, corrupt, s); });
 }
 
 std::string self_check_json(int arch) {
-  const int t = slot(arch);
-  std::string out = "[";
-  for (int i = 0; t >= 0 && i < num_rows(arch) && i < kMaxRows; ++i) {
-    const int st = g_rows[t][i].state.load();
-    std::string detail;
-    for (const char* c = g_rows[t][i].detail; *c; ++c) {
-      if (*c == '"' || *c == '\\') detail.push_back('\\');
-      detail.push_back(*c);
-    }
-    if (i) out += ", ";
-    out += std::string("{\"name\": \"") + row(arch, i).name + "\", \"state\": \"" +
-           (st == kPassed ? "passed" : st == kFailed ? "failed" : "unchecked") + "\", \"detail\": \"" + detail + "\"}";
-  }
-  return out + "]";
+  return first_use::states_json(kFamily, arch, known_table(arch) ? num_rows(arch) : 0,
+                                [arch](int i) { return row(arch, i).name; });
 }
 
 }  // namespace blockfp8::gemm

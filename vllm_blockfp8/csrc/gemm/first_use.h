@@ -2,9 +2,10 @@
 // on an SM89 GPU and the SM120 table on an SM120 GPU (SM90 is hardware-tested). The first call that is about to run
 // such a row runs it once on a small deterministic problem against the reference kernel (reference.h); a mismatch
 // prints one warning naming the row and disables the row for the process: the direct GEMM op then runs the
-// reference kernel and the linear op dequantizes + cuBLAS. Arch-neutral: every table's rows go through it.
+// reference kernel and the linear op dequantizes + cuBLAS. Arch-neutral: every table's rows go through it. The row
+// states, the warning and the capture rule are the registry's shared with the native NVFP4 rows (common/first_use.h).
 //
-// Test switches (docs/DEVELOPING.md), read once:
+// Test switches (docs/DEVELOPING.md, read once by the registry):
 //   BLOCKFP8_SELF_CHECK=always          check the rows of every table, hardware-tested ones and forced tables too
 //   BLOCKFP8_SELF_CHECK_CORRUPT=<row>   perturb that row's output inside its check (forces the mismatch path)
 #pragma once

@@ -122,6 +122,4 @@ const char* path_rejects(int cc, int64_t m, int64_t n, int64_t k) {
   return nullptr;
 }
 
-bool row_trusted(int, int) { return true; }  // FIRST-USE HOOK: see native.h
-
 }  // namespace blockfp8::fp4::native
