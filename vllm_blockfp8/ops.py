@@ -349,12 +349,9 @@ def _nvfp4_swizzle_fake(scale):
     return scale.new_empty(reference.nvfp4_sf_shape(scale.shape[0], scale.shape[1] * 16))
 
 
-def nvfp4_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
-               alpha: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, row=None) -> torch.Tensor:
-    """Native W4A4: out[M, N] = alpha * dequant(a) @ dequant(b)^T, both scales swizzled
-    (:func:`nvfp4_quant`, :func:`nvfp4_swizzle_scale`), alpha one fp32 on the device (input_scale *
-    weight_scale_2). CUDA: SM120 only (sm_120a kernels). ``row``: index into ``nvfp4_native_rows()``."""
-    _need(out_dtype in _ACT_DTYPES, f"out_dtype must be bfloat16 or float16, got {out_dtype}")
+def _check_native_operands(a, a_scale, b, b_scale, alpha) -> tuple:
+    """(m, n, k) of native NVFP4 operands: packed a [M, K/2] and b [N, K/2], their swizzled e4m3 scales, alpha one
+    fp32, all on a's device; ValueError naming the first one that is off."""
     _need(isinstance(a, torch.Tensor) and a.dim() == 2, "a must be uint8 [M, K/2]")
     k = a.shape[1] * 2
     m = _check_nvfp4_weight("a", a, k)
@@ -366,6 +363,16 @@ def nvfp4_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale:
         _need(t.device == a.device, f"{name} is on {t.device} but a is on {a.device}")
     _need(b.device == a.device, f"b is on {b.device} but a is on {a.device}")
     _one_fp32("alpha", alpha, a.device)
+    return m, n, k
+
+
+def nvfp4_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+               alpha: torch.Tensor, out_dtype: torch.dtype = torch.bfloat16, row=None) -> torch.Tensor:
+    """Native W4A4: out[M, N] = alpha * dequant(a) @ dequant(b)^T, both scales swizzled
+    (:func:`nvfp4_quant`, :func:`nvfp4_swizzle_scale`), alpha one fp32 on the device (input_scale *
+    weight_scale_2). CUDA: SM120 only (sm_120a kernels). ``row``: index into ``nvfp4_native_rows()``."""
+    _need(out_dtype in _ACT_DTYPES, f"out_dtype must be bfloat16 or float16, got {out_dtype}")
+    m, n, k = _check_native_operands(a, a_scale, b, b_scale, alpha)
     if a.is_cuda and HAS_CUDA_KERNELS:
         _need(tuple(torch.cuda.get_device_capability(a.device)) == (12, 0) and nvfp4_native_rows(),
               "nvfp4_gemm runs on SM120 (compute capability 12.0) with a build that has sm_120a")
@@ -407,17 +414,8 @@ def nvfp4_gemm_reference(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor
     first-use self-check: operands as :func:`nvfp4_gemm` (swizzled scales), K % 16 == 0. Returns (fp32 [M, N]
     alpha * dequant(a) @ dequant(b)^T, fp32 [M, N] |alpha| * sum_k |a| |b| sa sb: the check's tolerance scale)."""
     _need(isinstance(a, torch.Tensor) and a.dim() == 2, "a must be uint8 [M, K/2]")
-    k = a.shape[1] * 2
-    _need(k > 0 and k % 16 == 0, f"K = {k} must be a positive multiple of 16")
-    m = _check_nvfp4_weight("a", a, k)
-    n = _check_nvfp4_weight("b", b, k)
-    for name, t, rows in (("a_scale", a_scale, m), ("b_scale", b_scale, n)):
-        want = reference.nvfp4_sf_shape(rows, k)
-        _need(t.dtype == reference.FP8_DTYPE and tuple(t.shape) == want and t.is_contiguous(),
-              f"{name} must be swizzled contiguous float8_e4m3fn {list(want)}, got {t.dtype} {list(t.shape)}")
-        _need(t.device == a.device, f"{name} is on {t.device} but a is on {a.device}")
-    _need(b.device == a.device, f"b is on {b.device} but a is on {a.device}")
-    _one_fp32("alpha", alpha, a.device)
+    _need(a.shape[1] > 0 and a.shape[1] * 2 % 16 == 0, f"K = {a.shape[1] * 2} must be a positive multiple of 16")
+    _check_native_operands(a, a_scale, b, b_scale, alpha)
     return torch.ops.blockfp8.nvfp4_gemm_reference(a, a_scale, b, b_scale, alpha.reshape(1))
 
 

@@ -26,8 +26,9 @@ def copy(path):
 
 if has("gemm/sm90/plan.cpp"):  # a planner revision: its own files, its own entry point
     for f in ["gemm/gemm.h", "common/tile_row.h", "gemm/sm90/plan.h", "gemm/sm90/table.h", "gemm/sm90/plan.cpp",
-              "gemm/sm90/options.cpp", "gemm/sm90/kernels/tok64.h"]:
-        copy(f)
+              "gemm/sm90/options.cpp", "gemm/sm90/kernels/tok64.h", "gemm/arch.h"]:
+        if has(f):  # gemm/arch.h: since the per-arch router
+            copy(f)
     new = open(os.path.join(os.path.dirname(__file__), "new.cpp")).read()
     body = new.replace('#include "gemm/sm90/', '#include "ref/gemm/sm90/').replace("new_", "ref_")
     open(os.path.join(out, "ref.cpp"), "w").write("#define blockfp8 mainref\n" + body)

@@ -19,6 +19,6 @@ Result new_eval(int64_t m, int64_t n, int64_t k, int sms, int forced) {
   r.nondet = pl.nondeterministic_reduction;
   return r;
 }
-int new_num_rows() { return blockfp8::gemm::sm90::num_rows(); }
-const char* new_row_name(int i) { return blockfp8::gemm::sm90::row(i).name; }
-int64_t new_row_max_m(int i) { return blockfp8::gemm::sm90::row(i).max_m; }
+int new_num_rows() { return blockfp8::gemm::sm90::kNumRows; }
+const char* new_row_name(int i) { return blockfp8::gemm::sm90::kRows[i].info.name; }
+int64_t new_row_max_m(int i) { return blockfp8::gemm::sm90::kRows[i].info.max_m; }

@@ -4,6 +4,9 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
 
 namespace blockfp8 {
 
@@ -20,5 +23,12 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// One e4m3 byte as fp32 (exact), for the reference kernels.
+__device__ __forceinline__ float e4m3_to_float(uint8_t v) {
+  __nv_fp8_e4m3 x;
+  x.__x = v;
+  return float(x);
+}
 
 }  // namespace blockfp8

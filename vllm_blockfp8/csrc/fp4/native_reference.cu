@@ -18,6 +18,7 @@
 #include <cuda_fp8.h>
 
 #include "native_reference.h"
+#include "../common/convert.cuh"
 
 namespace blockfp8::fp4::native {
 namespace {
@@ -31,12 +32,6 @@ __device__ __forceinline__ float e2m1(uint32_t code) {
   const float m = float(code & 1u);
   const float mag = e == 0 ? 0.5f * m : ldexpf(1.f + 0.5f * m, e - 1);
   return (code & 8u) ? -mag : mag;
-}
-
-__device__ __forceinline__ float e4m3(uint8_t v) {
-  __nv_fp8_e4m3 x;
-  x.__x = v;
-  return float(x);
 }
 
 __global__ void reference_kernel(const GemmProblem p, float* ref, float* mag) {
@@ -54,7 +49,8 @@ __global__ void reference_kernel(const GemmProblem p, float* ref, float* mag) {
       dot += lo + hi;
       dot_abs += fabsf(lo) + fabsf(hi);
     }
-    const float scale = e4m3(p.a_sf[sf_offset(row, g, cols)]) * e4m3(p.b_sf[sf_offset(col, g, cols)]);
+    const float scale =
+        e4m3_to_float(p.a_sf[sf_offset(row, g, cols)]) * e4m3_to_float(p.b_sf[sf_offset(col, g, cols)]);
     acc += dot * scale;
     acc_abs += dot_abs * fabsf(scale);
   }

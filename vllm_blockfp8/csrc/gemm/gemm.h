@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include <cuda_runtime_api.h>
 
@@ -71,6 +72,21 @@ int table_arch(int device_cc);
 const char* set_table(const char* name);
 // True when this build compiled the table of `arch`.
 bool built(int arch);
+
+// What every arch's table needs (the contract above): nullptr, or why not (static storage). Each arch's rejects()
+// starts with it and adds its own limits (alignment, TMA strides).
+inline const char* contract_rejects(const Problem& p) {
+  constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
+  if (p.m < 0 || p.n < 1 || p.k < 1) return "m must be >= 0, n and k >= 1";
+  if (p.k % 128 != 0) return "k must be a multiple of 128 (one scale per 128 values of K)";
+  if (p.m > kMaxInt32 || p.n > kMaxInt32 || p.k > kMaxInt32) return "m, n and k must fit in int32";
+  if (p.a_scale_ld < p.m) return "a_scale_ld must be >= m";
+  // The kernels index the scales with int32 strides.
+  if (p.a_scale_ld > kMaxInt32 / (p.k / 128)) return "a_scale_ld * k / 128 must fit in int32";
+  if (p.sm_count <= 0) return "sm_count must be > 0";
+  return nullptr;
+}
+inline bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
 // Rows of the table of `arch`, in table order (0 rows for an arch this build lacks).
 int num_rows(int arch);

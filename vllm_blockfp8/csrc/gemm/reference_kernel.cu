@@ -11,15 +11,10 @@
 #include <cuda_fp8.h>
 
 #include "reference.h"
+#include "../common/convert.cuh"
 
 namespace blockfp8::gemm {
 namespace {
-
-__device__ __forceinline__ float e4m3(uint8_t v) {
-  __nv_fp8_e4m3 x;
-  x.__x = v;
-  return float(x);
-}
 
 __global__ void reference_kernel(const Problem p, float* ref, float* abs_dot) {
   const int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -31,7 +26,7 @@ __global__ void reference_kernel(const Problem p, float* ref, float* abs_dot) {
   for (int64_t kb = 0; kb < kblocks; ++kb) {
     float dot = 0.f, dot_abs = 0.f;
     for (int i = 0; i < 128; ++i) {
-      const float prod = e4m3(a[kb * 128 + i]) * e4m3(b[kb * 128 + i]);
+      const float prod = e4m3_to_float(a[kb * 128 + i]) * e4m3_to_float(b[kb * 128 + i]);
       dot += prod;
       dot_abs += fabsf(prod);
     }

@@ -23,10 +23,8 @@ namespace {
 constexpr int64_t kMinKBlocksPerSlice = 4;  // >= 512 values of K per slice
 constexpr int64_t kMaxSlices = 8;
 constexpr int kGroupM = 8;
-constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
 int64_t tiles_of(const Kernel& c, const Problem& p) { return cdiv(p.m, c.bm) * cdiv(p.n, c.bn); }
 
@@ -48,14 +46,10 @@ const TileRow& row(int i) { return kRows[i].info; }
 // What every row needs (the rows differ in speed only). Pointers are checked for alignment only, so shape-only
 // queries (null pointers) are answered too; launch() refuses null pointers.
 const char* rejects(const Problem& p) {
-  if (p.m < 0 || p.n < 1 || p.k < 1) return "m must be >= 0, n and k >= 1";
-  if (p.k % 128 != 0) return "k must be a multiple of 128 (one scale per 128 values of K)";
-  if (p.m > kMaxInt32 || p.n > kMaxInt32 || p.k > kMaxInt32) return "m, n and k must fit in int32";
-  if (p.a_scale_ld < p.m) return "a_scale_ld must be >= m";
+  if (const char* why = contract_rejects(p)) return why;
   // cp.async copies 16-byte chunks of A and B rows (k % 128 keeps every row aligned); pairs of D are 32-bit stores.
   if (!aligned(p.a, 16) || !aligned(p.b, 16) || !aligned(p.d, 16)) return "a, b and d must be 16-byte aligned";
   if (!aligned(p.a_scale, 4) || !aligned(p.b_scale, 4)) return "a_scale and b_scale must be 4-byte aligned";
-  if (p.sm_count <= 0) return "sm_count must be > 0";
   return nullptr;
 }
 

@@ -340,27 +340,17 @@ namespace blockfp8::gemm::sm90 {
 
 // The arch API (../arch.h).
 
-namespace {
-constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
-bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
-}  // namespace
-
-// What every row needs (the rows differ in speed only). Pointers are checked for alignment only, so that shape-only
-// queries (null pointers) are answered too; launch() refuses null pointers.
+// What every row needs (the rows differ in speed only): the family contract, then what TMA asks. Pointers are
+// checked for alignment only, so that shape-only queries (null pointers) are answered too; launch() refuses null
+// pointers.
 const char* rejects(const Problem& p) {
-  if (p.m < 0 || p.n < 1 || p.k < 1) return "m must be >= 0, n and k >= 1";
-  if (p.k % 128 != 0) return "k must be a multiple of 128 (one scale per 128 values of K)";
+  if (const char* why = contract_rejects(p)) return why;
   // The TMA store of D needs 16-byte rows (and 16-byte columns of D^T in the swapped rows).
   if (p.n % 8 != 0) return "n must be a multiple of 8 (16-byte rows of the output for TMA)";
-  if (p.m > kMaxInt32 || p.n > kMaxInt32 || p.k > kMaxInt32) return "m, n and k must fit in int32";
-  // The scale layouts carry int32 strides.
-  if (p.a_scale_ld < p.m) return "a_scale_ld must be >= m";
   if (p.a_scale_ld % 4 != 0) return "a_scale_ld must be a multiple of 4 (16-byte TMA columns of a_scale)";
-  if (p.a_scale_ld > kMaxInt32 / (p.k / 128)) return "a_scale_ld * k / 128 must fit in int32";
   if (!aligned(p.a, 16) || !aligned(p.b, 16) || !aligned(p.d, 16) || !aligned(p.a_scale, 16))
     return "a, b, d and a_scale must be 16-byte aligned (TMA)";
   if (!aligned(p.b_scale, 4)) return "b_scale must be 4-byte aligned";
-  if (p.sm_count <= 0) return "sm_count must be > 0";
   return nullptr;
 }
 
