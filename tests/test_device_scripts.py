@@ -1,6 +1,6 @@
-"""CPU tests of dev/device/h200_e2e.sh's plumbing (no GPU, no vLLM): a fake interpreter stands in
-for every Python step, and the script runs from a copy of dev/device/ in a temporary tree; and of
-benchmarks/analysis/ab_compare.py's ratios."""
+"""CPU tests of the plumbing of dev/device/h200_e2e.sh, h200_pending.sh and h200_tune.sh (no GPU, no vLLM): a fake
+interpreter stands in for every Python step, and the script runs from a copy of dev/device/ in a temporary tree; and
+of benchmarks/analysis/ab_compare.py's ratios."""
 
 from __future__ import annotations
 
@@ -167,6 +167,7 @@ def test_ab_compare_settings_pairs_the_same_row_across_runs(tmp_path, capsys):
 
 
 PENDING = ROOT / "dev" / "device" / "h200_pending.sh"
+LIB = ROOT / "dev" / "device" / "lib.sh"
 
 
 def test_pending_script_parses_and_its_paths_exist():
@@ -180,13 +181,15 @@ def test_pending_script_parses_and_its_paths_exist():
     assert all((ROOT / p).exists() for p in paths), sorted(p for p in paths if not (ROOT / p).exists())
     for module in re.findall(r"-m (benchmarks\.\w+)", text):
         assert (ROOT / (module.replace(".", "/") + ".py")).exists(), module
-    assert 'TORCH_CUDA_ARCH_LIST="$ARCHS"' in text and 'ARCHS="8.9;9.0a"' in text
+    assert 'ARCHS="8.9;9.0a"' in text and 'build_extension "$ARCHS"' in text and ". dev/device/lib.sh" in text
+    assert 'TORCH_CUDA_ARCH_LIST="$archs"' in LIB.read_text()
 
 
 def _run_pending(tmp_path: Path, fake_body: str) -> tuple[int, str, list[str], str]:
     tree = tmp_path / "tree"
     (tree / "dev" / "device").mkdir(parents=True)
     shutil.copy(PENDING, tree / "dev" / "device" / "h200_pending.sh")
+    shutil.copy(LIB, tree / "dev" / "device" / "lib.sh")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("nvidia-smi", "compute-sanitizer"):  # stand-ins: print and succeed
@@ -224,3 +227,106 @@ def test_pending_script_stops_when_the_sm89_table_is_not_built(tmp_path):
     rc, log, names, summary = _run_pending(tmp_path, 'case "$*" in *build_info*) exit 1 ;; *) exit 0 ;; esac')
     assert rc == 1 and "no extension with the SM89 GEMM table" in summary
     assert not any(line.startswith("tests") for line in summary.splitlines())
+
+
+# ---- dev/device/h200_tune.sh -------------------------------------------------------------------------------------
+
+
+TUNE_SH = ROOT / "dev" / "device" / "h200_tune.sh"
+
+
+def test_tune_script_parses_and_its_paths_exist():
+    import re
+
+    for script in (TUNE_SH, LIB):
+        subprocess.run(["bash", "-n", str(script)], check=True)
+    text = TUNE_SH.read_text()
+    paths = set(re.findall(r"(?:benchmarks|dev/device)/[\w./]+\.(?:py|sh)", text))
+    assert {"benchmarks/serving/make_qwen3_8b.py", "dev/device/lib.sh"} <= paths
+    assert all((ROOT / p).exists() for p in paths), sorted(p for p in paths if not (ROOT / p).exists())
+    modules = set(re.findall(r"-m ((?:benchmarks|vllm_blockfp8)[\w.]*)", text))
+    assert modules == {"benchmarks.bench_tune_ab", "vllm_blockfp8"}, modules
+    assert (ROOT / "vllm_blockfp8" / "__main__.py").exists() and (ROOT / "benchmarks" / "bench_tune_ab.py").exists()
+    assert "-m vllm_blockfp8 tune" in text and "build_extension" in text
+
+
+def _run_tune(tmp_path: Path, fake_body: str, *stages: str, **env_extra) -> tuple[int, str, list[str], str]:
+    tree = tmp_path / "tree"
+    (tree / "dev" / "device").mkdir(parents=True)
+    (tree / "vllm_blockfp8" / "csrc").mkdir(parents=True)
+    (tree / "setup.py").write_text("")
+    for script in (TUNE_SH, LIB):
+        shutil.copy(script, tree / "dev" / "device" / script.name)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text('#!/bin/bash\necho "fake H200, 580.0"\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    fake = tmp_path / "fakepy.sh"
+    fake.write_text("#!/bin/bash\n" + fake_body + "\n")
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, OUT=str(out), PYTHON=str(fake), PATH=f"{bin_dir}:{os.environ['PATH']}",
+               TUNE_WORK=str(tmp_path / "work"))
+    env.update({"BUDGET_S": "120", **env_extra})
+    proc = subprocess.run(["bash", str(tree / "dev" / "device" / "h200_tune.sh"), *stages], env=env,
+                          capture_output=True, text=True, timeout=120)
+    names, summary = [], ""
+    if (out / "tune.tgz").exists():
+        with tarfile.open(out / "tune.tgz") as t:
+            names = t.getnames()
+            summary = t.extractfile("tune/summary.txt").read().decode()
+        assert not (out / "tune").exists()
+    return proc.returncode, proc.stdout, names, summary
+
+
+# The fake interpreter: `tune` writes its --out file (the last argument), the A/B prints its verdict.
+_FAKE_TOOLS = """case "$*" in
+  *" tune "*) for a; do :; done; echo '{"version": 1}' > "$a"; echo "wrote $a: 48 points measured, 2 override(s)" ;;
+  *bench_tune_ab*) echo "tune_ab: PASS" ;;
+  *) exit 0 ;;
+esac"""
+
+
+def test_tune_script_runs_every_step_and_prints_the_table_last(tmp_path):
+    rc, log, names, summary = _run_tune(tmp_path, _FAKE_TOOLS)
+    assert rc == 0, log
+    for step in ("build", "ckpt", "tune", "ab"):
+        assert any(line.startswith(step) for line in summary.splitlines()), (step, summary)
+    for f in ("tune/build.log", "tune/ckpt.log", "tune/tune.log", "tune/ab.log", "tune/blockfp8_tuned.json",
+              "tune/gpu.txt", "tune/summary.txt"):
+        assert f in names, (f, names)
+    tail = log.rstrip().splitlines()
+    assert tail[-1] == "tune run: every step passed"
+    assert "tune_ab: PASS" in tail and any(x.startswith("tune wall time: ") and "(target <= 300 s)" in x for x in tail)
+    assert (tmp_path / "work" / "blockfp8_tuned.json").exists()  # kept for a following `h200_tune.sh ab`
+    [ab_line] = [x for x in log.splitlines() if x.startswith("== ab ")]
+    budget = int(ab_line.split("--time-budget-s ")[1].split()[0])
+    assert 0 < budget <= 120 - 20 - 45  # the points stop 45 s before the call's end
+
+
+def test_tune_script_skips_an_ab_with_too_little_time_left(tmp_path):
+    rc, log, _, summary = _run_tune(tmp_path, _FAKE_TOOLS, BUDGET_S="100")
+    assert rc == 1 and "h200_tune.sh ab` next" in summary and "== ab " not in log
+
+
+def test_tune_script_fails_loudly(tmp_path):
+    # A tune slower than its target fails the call, though the A/B ran.
+    slow = _FAKE_TOOLS.replace('*" tune "*) ', '*" tune "*) sleep 2; ')
+    rc, log, _, summary = _run_tune(tmp_path / "a", slow, TUNE_TARGET_S="1")
+    assert rc == 1 and "TARGET MISSED" in summary and "FAILED or incomplete" in log
+    # A failed tune leaves no file: the A/B says so instead of timing a stale one.
+    rc, _, _, summary = _run_tune(tmp_path / "b", 'case "$*" in *" tune "*) exit 3 ;; *) exit 0 ;; esac')
+    assert rc == 1 and "no tuned file" in summary and any(x.startswith("tune") and "rc=3" in x
+                                                          for x in summary.splitlines())
+    # The A/B's verdict is the step's status.
+    rc, _, _, summary = _run_tune(tmp_path / "c", 'case "$*" in *bench_tune_ab*) exit 1 ;; *) exit 0 ;; esac', "ab",
+                                  TUNED_FILE=str(ROOT / "pyproject.toml"))
+    assert rc == 1 and any(x.startswith("ab") and "rc=1" in x for x in summary.splitlines())
+    # No usable extension: nothing else runs.
+    rc, _, _, summary = _run_tune(tmp_path / "d", 'case "$*" in *build_info*) exit 1 ;; *) exit 0 ;; esac')
+    assert rc == 1 and "kernels cannot run here" in summary
+    assert not any(x.startswith("ckpt") for x in summary.splitlines())
+    rc, log, names, _ = _run_tune(tmp_path / "e", "exit 0", "bogus")
+    assert rc == 2 and "unknown stage 'bogus'" in log and not names
+    assert not (tmp_path / "e" / "out" / "tune").exists()  # refused before anything was made

@@ -25,44 +25,8 @@
 # the tree has no .git: start the command with BLOCKFP8_GIT_STATE=<sha>[+dirty] so the JSON names the tree.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-: "${OUT:?set OUT}"
-LOGS=$OUT/pending
-mkdir -p "$LOGS"
-export PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
-BUDGET_S=${BUDGET_S:-575}
-T_START=$(date +%s)
-FAILED=0
-SUMMARY=()
-
-pack() {
-  printf '%s\n' "${SUMMARY[@]}" > "$LOGS/summary.txt"
-  tar czf "$OUT/pending.tgz" -C "$OUT" pending && rm -rf "$LOGS"
-}
-trap 'SUMMARY+=("interrupted (TERM/INT)"); pack; printf "%s\n" "${SUMMARY[@]}"; exit 143' TERM INT
-
-note() {  # note NAME TEXT: a summary row for something that is not a timed step
-  SUMMARY+=("$(printf '%-10s %s' "$1" "$2")")
-}
-
-step() {  # step NAME CAP CMD...: runs CMD under min(CAP, what the call has left), log in $LOGS/NAME.log
-  local name=$1 cap=$2; shift 2
-  local t0 left rc
-  t0=$(date +%s)
-  left=$(( T_START + BUDGET_S - 20 - t0 ))
-  if [ "$left" -lt 15 ]; then
-    note "$name" "SKIPPED: the call's budget is spent"; FAILED=1; return 1
-  fi
-  [ "$left" -lt "$cap" ] && cap=$left
-  export BENCH_TIME_BUDGET_S=$(( cap > 60 ? cap - 30 : cap ))
-  echo "== $name (cap ${cap}s): $*"
-  timeout -k 10 "$cap" "$@" > "$LOGS/$name.log" 2>&1
-  rc=$?
-  [ "$rc" -ne 0 ] && FAILED=1
-  note "$name" "$(printf 'rc=%-4s %4ss%s' "$rc" "$(( $(date +%s) - t0 ))" "$([ "$rc" = 124 ] && echo ' TIMED OUT')")"
-  tail -n 12 "$LOGS/$name.log"
-  return "$rc"
-}
+RUN_NAME=pending
+. dev/device/lib.sh  # LOGS, PY, BUDGET_S, FAILED, SUMMARY; note, step, pack, install_wheels, build_extension
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader | tee "$LOGS/gpu.txt"
 
@@ -82,20 +46,9 @@ else
 fi
 
 # ---- build ---------------------------------------------------------------------------------------------------------
-if ls .whl/*.whl > /dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>&1 | grep -v "already exists" | tail -n 3
-fi
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+install_wheels
 ARCHS="8.9;9.0a"
-STAMP=vllm_blockfp8/.build_stamp
-HASH=$(cat setup.py $(find vllm_blockfp8/csrc -type f | sort) | sha256sum | cut -c1-16)-$ARCHS
-if [ -f vllm_blockfp8/_C.abi3.so ] && [ "$(cat $STAMP 2>/dev/null)" = "$HASH" ] && "$PY" -c "import vllm_blockfp8" 2>/dev/null; then
-  note build "unchanged sources: kept the last build"
-elif ! "$PY" -c "import cutlass_library" 2> /dev/null; then
-  note build "FAILED: nvidia-cutlass is not importable (carry .whl: dev/device/fetch_device_wheels.sh)"; FAILED=1
-else
-  step build 330 env TORCH_CUDA_ARCH_LIST="$ARCHS" MAX_JOBS=16 BLOCKFP8_ARCH_JOBS=12 \
-    "$PY" -m pip install --no-build-isolation --no-deps -v -e . && echo "$HASH" > $STAMP
+if build_extension "$ARCHS" 330 && [ -f "$LOGS/build.log" ]; then
   # ptxas: any SM89 spill is a regression (sm89/NOTES.md: 0 bytes in every row, sm_89 and sm_90a). setup.py prints
   # "ptxas <unit>.sm89: K kernel(s), most spill stores S bytes, most spill loads L bytes" per unit.
   grep -hE "ptxas [^ ]*\.sm89:" "$LOGS/build.log" | tee "$LOGS/sm89_ptxas.txt"
