@@ -56,19 +56,21 @@ _started = False
 
 def _startup_once() -> None:
     """In the worker, where the GPU and the model are known, before the first linear layer is built: BLOCKFP8_FORCE's
-    rows against this GPU's tables (a ValueError listing the valid rows stops `vllm serve` here), and the model's
-    tuned overrides (`blockfp8 tune`) handed to the ops."""
+    rows against this GPU's tables (a ValueError listing the valid rows stops `vllm serve` here), the model's
+    tuned overrides (`blockfp8 tune`) handed to the ops, and the first-use check of rows never run on this GPU's
+    architecture here, in a child process (first_use.py)."""
     global _started
     if _started:
         return
     _started = True
     from vllm.config import get_current_vllm_config
 
-    from . import ops, tuning
+    from . import first_use, ops, tuning
 
     ops.check_forced_rows()
     model_config = getattr(get_current_vllm_config(), "model_config", None)
     tuning.load(tuning.model_dir_of(getattr(model_config, "model", None)))
+    first_use.ensure_checked()
 
 
 class BlockFp8Config(QuantizationConfig):

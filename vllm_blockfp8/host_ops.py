@@ -32,6 +32,7 @@ if not HAS_CUDA_KERNELS:
     _lib.impl("nvfp4_native_path", lambda cc, m, n, k: json.dumps({"native": False, "why": "no extension"}),
               "CompositeExplicitAutograd")
     _lib.impl("nvfp4_self_check", lambda: "[]", "CompositeExplicitAutograd")
+    _lib.impl("first_use_pending", lambda cc: "[]", "CompositeExplicitAutograd")
 
 
 def tile_table(family: str) -> list:
@@ -235,3 +236,24 @@ def nvfp4_self_check_run(row: int = -1, corrupt: bool = False) -> str:
     _need(HAS_CUDA_KERNELS, f"nvfp4_self_check_run needs the compiled extension ({_IMPORT_ERROR})")
     _need(torch.cuda.is_available(), "nvfp4_self_check_run needs a CUDA GPU")
     return torch.ops.blockfp8.nvfp4_self_check_run(int(row), bool(corrupt))
+
+
+def first_use_pending(capability: tuple) -> list:
+    """The rows a GPU of ``capability`` (major, minor) checks before their first run and this process has not
+    checked yet: [{"family", "table", "row", "name"}] (the GEMM rows of a table new to its hardware, SM89 / SM120,
+    and SM120's native NVFP4 rows; every row of the GPU's tables with ``BLOCKFP8_SELF_CHECK=always``). Host logic."""
+    return json.loads(torch.ops.blockfp8.first_use_pending(capability[0] * 10 + capability[1]))
+
+
+def first_use_run(family: str, table: int, row: int) -> str:
+    """Runs that row's first-use check now on the current GPU, outside this process's states: "" on a match, else
+    what went wrong (the isolated check's child process calls it)."""
+    _need(HAS_CUDA_KERNELS and torch.cuda.is_available(), "first_use_run needs a CUDA GPU and the extension")
+    return torch.ops.blockfp8.first_use_run(family, int(table), int(row))
+
+
+def first_use_record(family: str, table: int, row: int, why: str) -> bool:
+    """Records a check's outcome decided outside this process ("" passed; else failed, with one warning); False for
+    a row no family owns. Host only."""
+    _need(HAS_CUDA_KERNELS, f"first_use_record needs the compiled extension ({_IMPORT_ERROR})")
+    return torch.ops.blockfp8.first_use_record(family, int(table), int(row), why)

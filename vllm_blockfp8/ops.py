@@ -21,9 +21,10 @@ import torch
 
 from . import reference
 # The library (schemas, the extension, the switches) and the host-only ops are part of this module's public API.
-from .host_ops import (TUNED_FIELDS, build_info, check_forced_rows, gemm_k_plan, gemm_self_check,  # noqa: F401
-                       gemm_table, gemm_table_plan, gemm_table_rows, gemv_pins_residency, nvfp4_native_path,
-                       nvfp4_native_rows, nvfp4_self_check, nvfp4_self_check_run, selected_row, set_gemm_table, set_sm90_pdl, set_tuned_rows, sm90_pdl,
+from .host_ops import (TUNED_FIELDS, build_info, check_forced_rows, first_use_pending, first_use_record,  # noqa: F401
+                       first_use_run, gemm_k_plan, gemm_self_check, gemm_table, gemm_table_plan, gemm_table_rows,
+                       gemv_pins_residency, nvfp4_native_path, nvfp4_native_rows, nvfp4_self_check,
+                       nvfp4_self_check_run, selected_row, set_gemm_table, set_sm90_pdl, set_tuned_rows, sm90_pdl,
                        tile_table, tuned_rows)
 from .library import (FAMILIES, FORCE_ENV, FORCED_ROWS, GEMM_TABLES, SM90_ENV_SWITCHES, _IMPORT_ERROR,  # noqa: F401
                       HAS_CUDA_KERNELS, _lib, _need, check_sm90_env, kernels_unavailable_reason, parse_force)

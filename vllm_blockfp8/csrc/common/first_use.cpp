@@ -81,6 +81,18 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
+// Publishes an outcome (the caller holds the lock): detail first, then the state (release); one warning on a failure.
+void store(Entry* e, const Row& row, const Words& words, const std::string& why) {
+  e->detail = why;
+  if (!why.empty()) {
+    std::fprintf(stderr,
+                 "[blockfp8] WARNING: %s row %s failed its first-use self-check against the reference: %s. "
+                 "The row is disabled for this process (%s).\n",
+                 words.what, row.name, why.c_str(), words.fallback);
+  }
+  e->state.store(int(why.empty() ? State::kPassed : State::kFailed), std::memory_order_release);
+}
+
 }  // namespace
 
 bool check_always() {
@@ -105,17 +117,18 @@ bool check_now(const Row& row, const Words& words, cudaStream_t s, const Check& 
   std::lock_guard<std::mutex> lock(registry().mu);
   const int st = e->state.load(std::memory_order_acquire);
   if (st != int(State::kUnchecked)) return st == int(State::kPassed);
-  const bool corrupt = corrupt_row() != nullptr && std::strcmp(corrupt_row(), row.name) == 0;
-  const std::string why = check(corrupt);
-  e->detail = why;
-  if (!why.empty()) {
-    std::fprintf(stderr,
-                 "[blockfp8] WARNING: %s row %s failed its first-use self-check against the reference: %s. "
-                 "The row is disabled for this process (%s).\n",
-                 words.what, row.name, why.c_str(), words.fallback);
-  }
-  e->state.store(int(why.empty() ? State::kPassed : State::kFailed), std::memory_order_release);
+  const std::string why = check(corrupt_for(row.name));
+  store(e, row, words, why);
   return why.empty();
+}
+
+bool corrupt_for(const char* name) { return corrupt_row() != nullptr && std::strcmp(corrupt_row(), name) == 0; }
+
+void record(const Row& row, const Words& words, const std::string& why) {
+  Entry* e = entry(row.family, row.table, row.index);
+  if (e == nullptr) return;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  if (e->state.load(std::memory_order_acquire) == int(State::kUnchecked)) store(e, row, words, why);
 }
 
 std::string states_json(const char* family, int table, int count, const std::function<const char*(int)>& name) {

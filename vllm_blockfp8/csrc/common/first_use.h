@@ -60,6 +60,13 @@ bool usable(const Row& row, const Words& words, cudaStream_t s, F&& check) {
   return check_now(row, words, s, Check(std::forward<F>(check)));
 }
 
+// Records a row's outcome decided outside this process (the isolated check, vllm_blockfp8/first_use.py): why = ""
+// passed, else failed with one warning. A row already checked keeps its state.
+void record(const Row& row, const Words& words, const std::string& why);
+
+// Whether BLOCKFP8_SELF_CHECK_CORRUPT names this row (the checks' test switch).
+bool corrupt_for(const char* name);
+
 // The states of rows 0..count-1 of (family, table) as JSON: [{"name", "state": "unchecked" | "passed" | "failed",
 // "detail"}], detail being the failed check's line ("" otherwise).
 std::string states_json(const char* family, int table, int count, const std::function<const char*(int)>& name);

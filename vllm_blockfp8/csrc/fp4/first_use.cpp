@@ -5,6 +5,7 @@
 // registry's (common/first_use.h). Host logic plus cudaMalloc'd scratch, compiled into every build.
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "../common/first_use.h"
 #include "native.h"
@@ -94,12 +95,27 @@ std::string check_row(int i, bool corrupt, cudaStream_t s) {
   return out;
 }
 
+namespace {
+const first_use::Words kWords{"native NVFP4 GEMM",
+                              "nvfp4_linear runs the weight-only W4A16 path, nvfp4_gemm the reference kernel"};
+bool needs_check(int cc) { return cc == 120 || first_use::check_always(); }
+}  // namespace
+
 bool native_row_usable(int i, int cc, cudaStream_t s) {
-  if (i < 0 || i >= num_rows() || !(cc == 120 || first_use::check_always())) return true;
-  static const first_use::Words words{
-      "native NVFP4 GEMM", "nvfp4_linear runs the weight-only W4A16 path, nvfp4_gemm the reference kernel"};
-  return first_use::usable({kFamily, kTable, i, row(i).name}, words, s,
+  if (i < 0 || i >= num_rows() || !needs_check(cc)) return true;
+  return first_use::usable({kFamily, kTable, i, row(i).name}, kWords, s,
                            [&](bool corrupt) { return check_row(i, corrupt, s); });
+}
+
+std::vector<int> rows_to_check(int cc) {
+  std::vector<int> out;
+  for (int i = 0; needs_check(cc) && i < num_rows(); ++i)
+    if (first_use::state({kFamily, kTable, i, row(i).name}) == first_use::State::kUnchecked) out.push_back(i);
+  return out;
+}
+
+void record_check(int i, const std::string& why) {
+  if (i >= 0 && i < num_rows()) first_use::record({kFamily, kTable, i, row(i).name}, kWords, why);
 }
 
 std::string self_check_json() {

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../common/tile_row.h"
 
@@ -117,6 +118,11 @@ bool native_row_usable(int i, int cc, cudaStream_t s);
 // match, else what went wrong. i = -1 checks the reference kernel against itself (any GPU: the H200 tests the
 // yardstick, the fill and the comparison with it); corrupt perturbs the output as BLOCKFP8_SELF_CHECK_CORRUPT does.
 std::string check_row(int i, bool corrupt, cudaStream_t s);
+
+// The isolated check (vllm_blockfp8/first_use.py; gemm/first_use.h says why): the rows a device of compute
+// capability cc would check and has not yet, and an outcome decided in the child process recorded here.
+std::vector<int> rows_to_check(int cc);
+void record_check(int i, const std::string& why);
 
 // The native rows' check states as JSON: [{"name", "state": "unchecked" | "passed" | "failed", "detail"}].
 std::string self_check_json();

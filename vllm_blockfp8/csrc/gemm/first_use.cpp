@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "../common/first_use.h"
 #include "reference.h"
@@ -79,14 +80,33 @@ std::string run_check(int arch, int row, int sm_count, bool corrupt, cudaStream_
   return out;
 }
 
+const first_use::Words kWords{"W8A8 GEMM",
+                              "the GEMM op runs the reference kernel, the linear op dequantizes + cuBLAS"};
+
 }  // namespace
 
 bool row_usable(const Problem& p, int row, int device_cc, cudaStream_t s) {
   if (!known_table(p.arch) || row < 0 || row >= num_rows(p.arch) || !needs_check(p.arch, device_cc)) return true;
-  static const first_use::Words words{
-      "W8A8 GEMM", "the GEMM op runs the reference kernel, the linear op dequantizes + cuBLAS"};
-  return first_use::usable({kFamily, p.arch, row, gemm::row(p.arch, row).name}, words, s,
+  return first_use::usable({kFamily, p.arch, row, gemm::row(p.arch, row).name}, kWords, s,
                            [&](bool corrupt) { return run_check(p.arch, row, p.sm_count, corrupt, s); });
+}
+
+std::vector<int> rows_to_check(int arch, int device_cc) {
+  std::vector<int> out;
+  if (!known_table(arch) || !needs_check(arch, device_cc)) return out;
+  for (int i = 0; i < num_rows(arch); ++i)
+    if (first_use::state({kFamily, arch, i, row(arch, i).name}) == first_use::State::kUnchecked) out.push_back(i);
+  return out;
+}
+
+std::string check_row_now(int arch, int row_index, int sm_count, cudaStream_t s) {
+  if (!known_table(arch) || row_index < 0 || row_index >= num_rows(arch)) return "no such row";
+  return run_check(arch, row_index, sm_count, first_use::corrupt_for(row(arch, row_index).name), s);
+}
+
+void record_check(int arch, int row_index, const std::string& why) {
+  if (!known_table(arch) || row_index < 0 || row_index >= num_rows(arch)) return;
+  first_use::record({kFamily, arch, row_index, row(arch, row_index).name}, kWords, why);
 }
 
 std::string self_check_json(int arch) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -23,6 +24,14 @@ namespace blockfp8::gemm {
 // never runs inside a capture: the safe path serves that call, the next eager call checks). Runs the check on s
 // (synchronizing s) on the first eligible call. p supplies the table (p.arch) and sm_count only.
 bool row_usable(const Problem& p, int row, int device_cc, cudaStream_t s);
+
+// The isolated check (vllm_blockfp8/first_use.py runs the checks in a child process before the first call, so that
+// a row that crashes cannot take the serving process with it): the rows of table `arch` that a device of compute
+// capability device_cc would check and has not yet; one row's check run now on stream s, outside the registry ("" or
+// what went wrong; BLOCKFP8_SELF_CHECK_CORRUPT applies); and an outcome decided in the child, recorded here.
+std::vector<int> rows_to_check(int arch, int device_cc);
+std::string check_row_now(int arch, int row_index, int sm_count, cudaStream_t s);
+void record_check(int arch, int row_index, const std::string& why);
 
 // The rows' check states of table `arch` as JSON: [{"name", "state": "unchecked" | "passed" | "failed",
 // "detail"}].
