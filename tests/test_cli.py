@@ -64,10 +64,16 @@ def test_info_json(capsys):
     assert cli.main(["info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert {"vllm_blockfp8", "vllm", "torch", "torch_cuda", "gpu", "extension", "tile_tables"} <= set(info)
-    assert set(info["tile_tables"]) == {"linear", "gemv", "gemm", "quant", "nvfp4", "nvfp4_native"}
+    families = {"linear", "gemv", "gemm", "quant", "nvfp4", "nvfp4_native"}
+    # Without a GPU the GEMM table of the GPU is unknown, so each built arch's table is listed instead.
+    by_arch = {f"gemm ({t})": ops.gemm_table_rows(t) for t in ("sm89", "sm90", "sm120")} \
+        if ops.HAS_CUDA_KERNELS and not torch.cuda.is_available() else {}
+    assert set(info["tile_tables"]) == families | {k for k, rows in by_arch.items() if rows}
+    for key, rows in by_arch.items():
+        assert info["tile_tables"].get(key, []) == rows
     if not torch.cuda.is_available():
         assert info["gpu"] is None
-        assert all(v == [] for f, v in info["tile_tables"].items() if f not in ("quant", "nvfp4_native"))
+        assert all(v == [] for f, v in info["tile_tables"].items() if f in families - {"quant", "nvfp4_native"})
     # The SM120 native NVFP4 rows depend on the build only (listed without a GPU).
     assert info["tile_tables"]["nvfp4_native"] == ops.nvfp4_native_rows()
     # The quant table is the same on every arch: listed whenever the extension is built.

@@ -59,6 +59,14 @@ def collect() -> dict:
             tables[family] = [dict(row) for row in ops.tile_table(family)]
         except Exception as e:
             tables[family] = {"error": _error(e)}
+    if isinstance(tables.get("gemm"), list) and not tables["gemm"]:  # no GPU: each built arch's GEMM table instead
+        for table in ("sm89", "sm90", "sm120"):
+            try:
+                rows = [dict(row) for row in ops.gemm_table_rows(table)]
+            except Exception as e:
+                rows = {"error": _error(e)}
+            if rows:
+                tables[f"gemm ({table})"] = rows
     try:  # the SM120 native NVFP4 rows are listed from the build alone (no GPU needed)
         tables["nvfp4_native"] = [dict(row) for row in ops.nvfp4_native_rows()]
     except Exception as e:
