@@ -181,7 +181,8 @@ def _ext_modules():
     built = [a for a in ARCHS if a in archs]
     defines = [f"-D{d}" for a in built for d in ARCHS[a]["define"]]
     generic = ([str(CSRC / "quant" / "quant.cu")] + sorted(glob.glob(str(CSRC / "gemv" / "*.cu")))
-               + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))) + [str(CSRC / "gemm" / "reference_kernel.cu")])
+               + sorted(glob.glob(str(CSRC / "fp4" / "*.cu"))) + [str(CSRC / "gemm" / "reference_kernel.cu"),
+                                                             str(CSRC / "common" / "check_kernels.cu")])
     # options.cpp in every build: the quantizer follows the SM90 launch mode wherever it runs.
     host = [str(CSRC / f) for f in ("ops.cpp", "host_queries.cpp", "common/overrides.cpp", "linear/linear.cpp",
                                     "gemm/gemm.cpp", "gemm/first_use.cpp", "gemm/sm90/options.cpp",

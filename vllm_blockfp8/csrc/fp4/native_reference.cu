@@ -18,6 +18,7 @@
 #include <cuda_fp8.h>
 
 #include "native_reference.h"
+#include "../common/check_kernels.cuh"
 #include "../common/convert.cuh"
 
 namespace blockfp8::fp4::native {
@@ -66,15 +67,6 @@ __global__ void reference_kernel(const GemmProblem p, float* ref, float* mag) {
   if (mag != nullptr) mag[e] = acc_abs * fabsf(alpha);
 }
 
-__device__ __forceinline__ uint32_t mix(uint32_t x) {  // a 32-bit integer hash (lowbias32)
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return x;
-}
-
 // An in-range scale: positive e4m3 with exponent field 3..6 (2^-4 .. 2^-1 with bias 7) and any mantissa.
 __device__ __forceinline__ uint8_t check_scale(uint32_t h) { return uint8_t(((3u + (h & 3u)) << 3) | ((h >> 2) & 7u)); }
 
@@ -89,7 +81,7 @@ __global__ void fill_kernel(const GemmProblem p) {
   uint8_t* sa = const_cast<uint8_t*>(p.a_sf);
   uint8_t* sb = const_cast<uint8_t*>(p.b_sf);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = mix(uint32_t(i) * 2654435761u + 0x9e3779b9u);
+    const uint32_t h = check::mix(uint32_t(i) * 2654435761u + 0x9e3779b9u);
     if (i < a_bytes) {
       a[i] = uint8_t(h);  // two codes; every 4-bit pattern is a valid E2M1 value
     } else if (i < a_bytes + b_bytes) {
@@ -102,26 +94,6 @@ __global__ void fill_kernel(const GemmProblem p) {
     }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *const_cast<float*>(p.alpha) = 0.8125f;
-}
-
-__global__ void compare_kernel(const GemmProblem p, const float* ref, const float* mag, bool corrupt,
-                               unsigned* result) {
-  const int64_t total = p.m * p.n;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-    float d = p.bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.d)[e])
-                     : __half2float(static_cast<const __half*>(p.d)[e]);
-    if (corrupt && e == 0) d += mag[e] + 1.f;
-    const float tol = ldexpf(fabsf(ref[e]), -7) + ldexpf(mag[e], -9);
-    const float diff = fabsf(d - ref[e]);
-    // An all-zero output (every product 0) has tol 0: it must then be exactly 0.
-    const float ratio = tol > 0.f ? diff / tol : (diff == 0.f ? 0.f : INFINITY);
-    if (!(ratio <= 1.f)) {
-      atomicAdd(&result[0], 1u);
-      atomicMax(&result[1], __float_as_uint(ratio == ratio ? ratio : INFINITY));  // non-negative: ordered as bits
-    } else {
-      atomicMax(&result[1], __float_as_uint(ratio));
-    }
-  }
 }
 
 unsigned blocks_for(int64_t n) {
@@ -148,8 +120,7 @@ cudaError_t launch_fill_check_problem(const GemmProblem& p, cudaStream_t s) {
 cudaError_t launch_compare(const GemmProblem& p, const float* ref, const float* mag, bool corrupt, unsigned* result,
                            cudaStream_t s) {
   if (p.m <= 0 || p.n <= 0) return cudaErrorInvalidValue;
-  compare_kernel<<<blocks_for(p.m * p.n), kThreads, 0, s>>>(p, ref, mag, corrupt, result);
-  return cudaGetLastError();
+  return check::launch_compare(p.d, p.bf16, p.m * p.n, ref, mag, corrupt, result, s);
 }
 
 }  // namespace blockfp8::fp4::native

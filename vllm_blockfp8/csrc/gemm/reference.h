@@ -21,7 +21,8 @@ cudaError_t launch_reference(const Problem& p, float* ref, float* abs_dot, cudaS
 // ([ceil(n/128), k/128]) with scales in [2^-6, 2^-4): a sane, deterministic problem for a row's first-use check.
 cudaError_t launch_fill_check_problem(const Problem& p, cudaStream_t s);
 
-// Compares D (bf16 / fp16) to `ref`: element e fails unless |D - ref| <= 2^-7 |ref| + 2^-9 abs_dot (NaN fails).
+// Compares D (bf16 / fp16) to `ref` (common/check_kernels.cuh): element e fails unless
+// |D - ref| <= 2^-7 |ref| + 2^-9 abs_dot (NaN fails).
 // result[0] = failing elements, result[1] = the largest |D - ref| / tolerance as float bits; the caller zeroes it.
 // corrupt: the check's test switch, element 0 is read as D + abs_dot + 1 (a forced mismatch).
 cudaError_t launch_compare(const Problem& p, const float* ref, const float* abs_dot, bool corrupt, unsigned* result,

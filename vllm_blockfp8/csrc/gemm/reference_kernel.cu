@@ -11,6 +11,7 @@
 #include <cuda_fp8.h>
 
 #include "reference.h"
+#include "../common/check_kernels.cuh"
 #include "../common/convert.cuh"
 
 namespace blockfp8::gemm {
@@ -44,21 +45,12 @@ __global__ void reference_kernel(const Problem p, float* ref, float* abs_dot) {
   if (abs_dot != nullptr) abs_dot[e] = mag;
 }
 
-__device__ __forceinline__ uint32_t mix(uint32_t x) {  // a 32-bit integer hash (lowbias32)
-  x ^= x >> 16;
-  x *= 0x7feb352du;
-  x ^= x >> 15;
-  x *= 0x846ca68bu;
-  x ^= x >> 16;
-  return x;
-}
-
 __global__ void fill_kernel(const Problem p) {
   const int64_t kblocks = p.k / 128, a_bytes = p.m * p.k, b_bytes = p.n * p.k;
   const int64_t sa = p.a_scale_ld * kblocks, sb = (p.n + 127) / 128 * kblocks;
   const int64_t total = a_bytes + b_bytes + sa + sb;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const uint32_t h = mix(uint32_t(i) * 2654435761u + 12345u);
+    const uint32_t h = check::mix(uint32_t(i) * 2654435761u + 12345u);
     if (i < a_bytes + b_bytes) {
       // e4m3: sign, exponent 5..8 (2^-2 .. 2^1 with bias 7), any mantissa: no NaN (exponent 15), no zero.
       const uint8_t v = uint8_t(((h & 1u) << 7) | ((5u + ((h >> 1) & 3u)) << 3) | ((h >> 3) & 7u));
@@ -72,24 +64,6 @@ __global__ void fill_kernel(const Problem p) {
         const_cast<float*>(p.a_scale)[i - a_bytes - b_bytes] = s;
       else
         const_cast<float*>(p.b_scale)[i - a_bytes - b_bytes - sa] = s;
-    }
-  }
-}
-
-__global__ void compare_kernel(const Problem p, const float* ref, const float* abs_dot, bool corrupt,
-                               unsigned* result) {
-  const int64_t total = p.m * p.n;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
-    float d = p.out_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.d)[e])
-                         : __half2float(static_cast<const __half*>(p.d)[e]);
-    if (corrupt && e == 0) d += abs_dot[e] + 1.f;
-    const float tol = ldexpf(fabsf(ref[e]), -7) + ldexpf(abs_dot[e], -9);
-    const float ratio = fabsf(d - ref[e]) / tol;
-    if (!(ratio <= 1.f)) {
-      atomicAdd(&result[0], 1u);
-      atomicMax(&result[1], __float_as_uint(ratio == ratio ? ratio : INFINITY));  // non-negative: ordered as bits
-    } else {
-      atomicMax(&result[1], __float_as_uint(ratio));
     }
   }
 }
@@ -113,8 +87,7 @@ cudaError_t launch_fill_check_problem(const Problem& p, cudaStream_t s) {
 
 cudaError_t launch_compare(const Problem& p, const float* ref, const float* abs_dot, bool corrupt, unsigned* result,
                            cudaStream_t s) {
-  compare_kernel<<<blocks_for(p.m * p.n), 256, 0, s>>>(p, ref, abs_dot, corrupt, result);
-  return cudaGetLastError();
+  return check::launch_compare(p.d, p.out_bf16, p.m * p.n, ref, abs_dot, corrupt, result, s);
 }
 
 }  // namespace blockfp8::gemm
