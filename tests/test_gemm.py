@@ -335,10 +335,9 @@ def test_cluster_and_its_padding_tile_change_no_bits(m, n, k, out_dtype):
     _assert_rows_give_the_same_bits(NO_CLUSTER_ROW, CLUSTER_ROW, m, n, k, out_dtype, seed=23)
 
 
-@pytest.mark.parametrize("m", (5, 300))
-@pytest.mark.parametrize("row", ROWS)
-def test_cuda_graph_replay(row, m):
-    """Captured once, replayed on new inputs written in place (stream-K workspace included)."""
+def check_graph_replay(row, m, label):
+    """Row `row` (of the GEMM table in force) captured once, replayed on new inputs written in place, against the
+    reference each time (the SM120 tests call it too)."""
     n, k = 576, 1024
     a, a_scale, b, b_scale = _operands(m, n, k, seed=4)
     a2, a_scale2, _, _ = _operands(m, n, k, seed=5)
@@ -358,7 +357,14 @@ def test_cuda_graph_replay(row, m):
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        _assert_close(out, ref, f"graph replay row={row} M={m}")
+        _assert_close(out, ref, f"{label} row={row} M={m}")
+
+
+@pytest.mark.parametrize("m", (5, 300))
+@pytest.mark.parametrize("row", ROWS)
+def test_cuda_graph_replay(row, m):
+    """Captured once, replayed on new inputs written in place (stream-K workspace included)."""
+    check_graph_replay(row, m, "graph replay")
 
 
 def _reads_what_was_just_written(row):

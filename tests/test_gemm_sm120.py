@@ -182,24 +182,6 @@ def test_long_k_all_positive(row, m):
 @pytest.mark.parametrize("row", GPU_ROWS)
 def test_cuda_graph_replay(row, m):
     """Captured once, replayed on new inputs written in place."""
-    operands, assert_close = _gemm_helpers()
-    n, k = 576, 1024
-    a, a_scale, b, b_scale = operands(m, n, k, seed=4)
-    a2, a_scale2, _, _ = operands(m, n, k, seed=5)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = ops.blockfp8_gemm(a, a_scale, b, b_scale, torch.bfloat16, row=row)
-    a0, a_scale0 = a.clone(), a_scale.clone()
-    for src_a, src_s in ((a2, a_scale2), (a0, a_scale0)):
-        ref = reference.gemm_ref(src_a, src_s, b, b_scale)
-        a.copy_(src_a)
-        a_scale.copy_(src_s)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert_close(out, ref, f"sm120 graph replay row={row} M={m}")
+    from test_gemm import check_graph_replay
+
+    check_graph_replay(row, m, "sm120 graph replay")
