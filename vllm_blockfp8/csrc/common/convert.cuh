@@ -24,6 +24,20 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { re
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
+// x and y rounded to T, as the 32 bits of a pair (x in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float x, float y);
+template <>
+__device__ __forceinline__ uint32_t pack_pair<__nv_bfloat16>(float x, float y) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack_pair<__half>(float x, float y) {
+  const __half2 v = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 // One e4m3 byte as fp32 (exact), for the reference kernels.
 __device__ __forceinline__ float e4m3_to_float(uint8_t v) {
   __nv_fp8_e4m3 x;

@@ -1,6 +1,6 @@
-// Device primitives shared by the weight-only kernels (FP8 GEMV, FP4 GEMV, W4A16 GEMM): SM80+
-// instructions only (mma.sync m16n8k16, ld.global.nc with an L1 hint), so they compile for every
-// arch the extension builds (8.9, 9.0a, 12.0a).
+// Device primitives shared by the mma.sync kernels (FP8 GEMV, FP4 GEMV, W4A16 GEMM, the SM89 W8A8 GEMM): SM80+
+// instructions only (mma.sync m16n8k16, ld.global.nc with an L1 hint, cp.async, ldmatrix), so they compile for
+// every arch the extension builds (8.9, 9.0a, 12.0a).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -61,6 +61,38 @@ template <>
 __device__ __forceinline__ float2 x2_to_float2<__half>(uint32_t v) { return f16x2_to_float2(v); }
 template <>
 __device__ __forceinline__ float2 x2_to_float2<__nv_bfloat16>(uint32_t v) { return bf16x2_to_float2(v); }
+
+// cp.async global -> shared (the shared side as a generic pointer or a shared-window address). 16 bytes go L2
+// only (.cg: streamed tiles); 8 and 4 bytes through L1 (.ca: the only sizes .cg lacks).
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+// src_bytes = 0 zero-fills the 16 bytes (rows past a ragged edge) without reading src.
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async8(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// Four 8x8 b16 matrices from shared memory (lanes 8i..8i+7 give matrix i's row addresses).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) { ldmatrix_x4(r, smem_addr(p)); }
 
 // d += A (16x16) * B (16x8), fp32 accumulate; A row-major, B column-major (K contiguous per column).
 template <typename T>

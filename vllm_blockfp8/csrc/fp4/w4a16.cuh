@@ -45,13 +45,6 @@ struct W4a16Tile {
 // Byte offset of 16-byte chunk c (0..15) of row r in a swizzled 16-bit tile.
 __device__ __forceinline__ int tile_offset(int r, int c) { return r * kTileRowBytes + 16 * (c ^ (r & 7)); }
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
 // Shared memory per block on SM89 and SM120 (99 KB): bigger tiles are SM90 rows.
 constexpr int kSmallGpuSmemBytes = 99 * 1024;
 
@@ -79,17 +72,19 @@ __device__ __forceinline__ void w4a16_body(const Args<T>& a, float* partials) {
       const int k0 = kt * kStageK;
       for (int id = tid; id < Tile::kTokens * 16; id += Tile::kThreads) {
         const int r = id >> 4, c = id & 15;
-        cp_async16(x_tile(s) + tile_offset(r, c), a.x + int64_t(min(tok0 + r, a.m - 1)) * a.x_stride + k0 + 8 * c);
+        sm80::cp_async16(x_tile(s) + tile_offset(r, c),
+                         a.x + int64_t(min(tok0 + r, a.m - 1)) * a.x_stride + k0 + 8 * c);
       }
       for (int id = tid; id < Tile::kRows * 4; id += Tile::kThreads) {
         const int r = id >> 2, c = id & 3;
-        cp_async16(packed_tile(s) + r * kPackedRowBytes + 16 * c,
-                   a.b + min(row0 + r, a.n - 1) * row_bytes + k0 / 2 + 16 * c);
+        sm80::cp_async16(packed_tile(s) + r * kPackedRowBytes + 16 * c,
+                         a.b + min(row0 + r, a.n - 1) * row_bytes + k0 / 2 + 16 * c);
       }
       for (int r = tid; r < Tile::kRows; r += Tile::kThreads)
-        cp_async8(scale_tile(s) + r * kScaleRowBytes, a.b_scale + min(row0 + r, a.n - 1) * row_scales + k0 / kGroup);
+        sm80::cp_async8(scale_tile(s) + r * kScaleRowBytes,
+                        a.b_scale + min(row0 + r, a.n - 1) * row_scales + k0 / kGroup);
     }
-    cp_async_commit();  // an empty group past the end keeps the wait counts uniform
+    sm80::cp_async_commit();  // an empty group past the end keeps the wait counts uniform
   };
 
   float acc[2][NT][4] = {};
@@ -98,7 +93,7 @@ __device__ __forceinline__ void w4a16_body(const Args<T>& a, float* partials) {
 
   for (int kt = kt0; kt < kt1; ++kt) {
     const int s = (kt - kt0) % STAGES;
-    cp_async_wait<STAGES - 2>();
+    sm80::cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage kt landed for every thread; the last mma phase is done with wtile
     load_stage((kt - kt0 + STAGES - 1) % STAGES, kt + STAGES - 1);
 
@@ -130,13 +125,13 @@ __device__ __forceinline__ void w4a16_body(const Args<T>& a, float* partials) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         const int r = 32 * wn + 16 * mt + (lane & 7) + 8 * ((lane >> 3) & 1);
-        ldmatrix_x4(af[mt], wtile + tile_offset(r, 2 * kk + (lane >> 4)));
+        sm80::ldmatrix_x4(af[mt], wtile + tile_offset(r, 2 * kk + (lane >> 4)));
       }
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         uint32_t bf[4];  // b0, b1 of n-tile 2 np, then of 2 np + 1
         const int r = wm * NT * 8 + 16 * np + (lane & 7) + 8 * (lane >> 4);
-        ldmatrix_x4(bf, xs + tile_offset(r, 2 * kk + ((lane >> 3) & 1)));
+        sm80::ldmatrix_x4(bf, xs + tile_offset(r, 2 * kk + ((lane >> 3) & 1)));
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -148,7 +143,7 @@ __device__ __forceinline__ void w4a16_body(const Args<T>& a, float* partials) {
       }
     }
   }
-  cp_async_wait<0>();
+  sm80::cp_async_wait<0>();
 
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)

@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "../../common/convert.cuh"
+#include "../../common/sm80.cuh"
 
 namespace blockfp8::gemm::sm89 {
 
@@ -51,24 +52,6 @@ struct Params {
 
 constexpr int kBlockK = 128;  // K per stage = one scale group = bytes per smem row
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, L2 only (every byte is used once per CTA); src_bytes = 0 zero-fills (ragged rows).
-__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
 // d += A (16x32 e4m3, row) * B (32x8 e4m3, col), fp32 accumulate.
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -82,26 +65,13 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
 // Byte offset of 16-byte chunk c (0..7) of row r in a swizzled [rows][128 B] tile.
 __device__ __forceinline__ int swz(int r, int c) { return r * kBlockK + 16 * (c ^ (r & 7)); }
 
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float x, float y);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float x, float y) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float x, float y) {
-  const __half2 v = __floats2half2_rn(x, y);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // Stores the pair (x, y) at (row, col), (row, col + 1): guarded per element; one 32-bit store where both exist and n
 // is even (then row * n + col is even: 4-byte aligned).
 template <typename T>
 __device__ __forceinline__ void store_pair(T* d, int n, int row, int col, float x, float y) {
   T* p = d + int64_t(row) * n + col;
   if ((n & 1) == 0 && col + 1 < n) {
-    *reinterpret_cast<uint32_t*>(p) = pack2<T>(x, y);
+    *reinterpret_cast<uint32_t*>(p) = pack_pair<T>(x, y);
   } else {
     if (col < n) p[0] = from_float<T>(x);
     if (col + 1 < n) p[1] = from_float<T>(y);
@@ -142,7 +112,7 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const Params p) {
 
   const int kblocks = p.k / kBlockK;
   const int kb0 = blockIdx.z * p.per_slice, kb1 = min(kblocks, kb0 + p.per_slice);
-  const uint32_t smem0 = smem_addr(smem);
+  const uint32_t smem0 = sm80::smem_addr(smem);
 
   auto load_stage = [&](int stage, int kb) {
     if (kb < kb1) {
@@ -152,16 +122,16 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const Params p) {
       for (int i = 0; i < BM * 8 / kThreads; ++i) {
         const int id = tid + i * kThreads, r = id >> 3, c = id & 7;
         const bool in = m0 + r < p.m;
-        cp_async16_zfill(a_s + swz(r, c), p.a + (in ? int64_t(m0 + r) * p.k + k0 + 16 * c : 0), in ? 16 : 0);
+        sm80::cp_async16_zfill(a_s + swz(r, c), p.a + (in ? int64_t(m0 + r) * p.k + k0 + 16 * c : 0), in ? 16 : 0);
       }
 #pragma unroll
       for (int i = 0; i < BN * 8 / kThreads; ++i) {
         const int id = tid + i * kThreads, r = id >> 3, c = id & 7;
         const bool in = n0 + r < p.n;
-        cp_async16_zfill(b_s + swz(r, c), p.b + (in ? int64_t(n0 + r) * p.k + k0 + 16 * c : 0), in ? 16 : 0);
+        sm80::cp_async16_zfill(b_s + swz(r, c), p.b + (in ? int64_t(n0 + r) * p.k + k0 + 16 * c : 0), in ? 16 : 0);
       }
     }
-    cp_async_commit();  // an empty group past the end keeps the wait counts uniform
+    sm80::cp_async_commit();  // an empty group past the end keeps the wait counts uniform
   };
 
   float acc[MT][NT][4];
@@ -185,7 +155,7 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const Params p) {
 
   for (int kb = kb0; kb < kb1; ++kb) {
     const int stage = (kb - kb0) % STAGES;
-    cp_async_wait<STAGES - 2>();
+    sm80::cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage kb landed for every thread; every warp is done with the stage refilled next
     load_stage((kb - kb0 + STAGES - 1) % STAGES, kb + STAGES - 1);
 
@@ -214,13 +184,13 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const Params p) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int r = wm * kWarpM + 16 * mt + (lane & 7) + 8 * ((lane >> 3) & 1);
-        ldmatrix_x4(af[mt], a_s + swz(r, 2 * kk + (lane >> 4)));
+        sm80::ldmatrix_x4(af[mt], a_s + swz(r, 2 * kk + (lane >> 4)));
       }
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         uint32_t bf[4];  // b0, b1 of n-tile 2 np, then of 2 np + 1
         const int r = wn * kWarpN + 16 * np + (lane & 7) + 8 * (lane >> 4);
-        ldmatrix_x4(bf, b_s + swz(r, 2 * kk + ((lane >> 3) & 1)));
+        sm80::ldmatrix_x4(bf, b_s + swz(r, 2 * kk + ((lane >> 3) & 1)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_e4m3(part[mt][2 * np], af[mt], bf[0], bf[1]);
@@ -242,7 +212,7 @@ __global__ void __launch_bounds__(32 * WM * WN, 1) gemm_kernel(const Params p) {
       }
     }
   }
-  cp_async_wait<0>();
+  sm80::cp_async_wait<0>();
 
   // Epilogue: c0, c1 at (row g, cols 2t, 2t + 1), c2, c3 at row g + 8; rows past m and columns past n not stored.
   const bool sliced = gridDim.z > 1;

@@ -36,6 +36,7 @@
 #include "cute/arch/mma_sm90.hpp"
 #include "cute/atom/mma_traits_sm90_gmma.hpp"
 #include "cutlass/arch/barrier.h"
+#include "../../../common/convert.cuh"
 #include "tok64.h"
 
 namespace blockfp8::gemm::sm90::tok64 {
@@ -146,20 +147,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 template <class F, int... I>
 __device__ __forceinline__ void for_each_index(F&& f, std::integer_sequence<int, I...>) {
   (f(cute::Int<I>{}), ...);
-}
-
-// x and y rounded to Out, as the 32 bits of a pair (x in the low half).
-template <class Out>
-__device__ __forceinline__ uint32_t pack_pair(float x, float y);
-template <>
-__device__ __forceinline__ uint32_t pack_pair<__nv_bfloat16>(float x, float y) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack_pair<__half>(float x, float y) {
-  const __half2 v = __floats2half2_rn(x, y);
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // A 4x4 transpose of 32-bit words across the 4 lanes of a quad: lane q's v[j] ends in lane j's v[q]. Two butterfly
