@@ -357,12 +357,7 @@ def main(argv=None) -> int:
     else:
         from vllm_blockfp8 import ops
 
-        why = ops.kernels_unavailable_reason()
-        if why:
-            raise SystemExit(f"cannot time the kernels here: {why} (--dry-run checks the reporting without a GPU)")
-        if ops.FORCED_ROWS:
-            raise SystemExit(f"unset {ops.FORCE_ENV}: its rows would replace both the planner's and the tuned ones")
-        ops.set_tuned_rows([])
+        tune.ready_to_time(SystemExit)
         tables = tune.GpuTables()
     points = plan_points(doc, entries, fmt, set_shapes, ms, tables)
     runner = harness.start(SCRIPT, args)

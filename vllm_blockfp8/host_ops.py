@@ -136,13 +136,18 @@ def set_sm90_pdl(mode: str) -> str:
 
 
 @contextlib.contextmanager
-def sm90_pdl(mode: str):
-    """``set_sm90_pdl(mode)`` for the calls (or the graph capture) inside the block, then the mode before it."""
-    was = set_sm90_pdl(mode)
+def _switched(setter, value: str):
+    """``setter(value)`` for the calls (or the graph capture) inside the block, then the setting before it."""
+    was = setter(value)
     try:
         yield
     finally:
-        set_sm90_pdl(was)
+        setter(was)
+
+
+def sm90_pdl(mode: str):
+    """``set_sm90_pdl(mode)`` for the calls (or the graph capture) inside the block, then the mode before it."""
+    return _switched(set_sm90_pdl, mode)
 
 
 def build_info() -> dict:
@@ -164,14 +169,9 @@ def set_gemm_table(table: str) -> str:
     return torch.ops.blockfp8.set_gemm_table(table)
 
 
-@contextlib.contextmanager
 def gemm_table(table: str):
     """``set_gemm_table(table)`` for the calls (or the graph capture) inside the block, then the table before it."""
-    was = set_gemm_table(table)
-    try:
-        yield
-    finally:
-        set_gemm_table(was)
+    return _switched(set_gemm_table, table)
 
 
 def gemm_table_rows(table: str) -> list:

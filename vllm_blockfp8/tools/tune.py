@@ -168,19 +168,25 @@ def tune(fmt: str, shape_list: list, tables, timer: Callable, buckets=shapes.TUN
     return out
 
 
+def ready_to_time(error=CheckpointError):
+    """The state timing rows needs (tune and its A/B), else `error` saying what is off: kernels that run here, no
+    BLOCKFP8_FORCE (its rows would replace the ones timed), and no tuned rows in force (the tables as they are)."""
+    from .. import ops
+
+    why = ops.kernels_unavailable_reason()
+    if why:
+        raise error(f"cannot time kernels here: {why} (--dry-run runs without a GPU, with fake timings)")
+    if ops.FORCED_ROWS:
+        raise error(f"unset {ops.FORCE_ENV}: its rows would replace the rows being timed")
+    ops.set_tuned_rows([])
+
+
 def main(model_dir: Path, out: Optional[Path], dry_run: bool, buckets=shapes.TUNE_M, show_progress=True) -> dict:
     fmt, shape_list = model_shapes(model_dir)
     if dry_run:
         tables, timer, key = DryRunTables(), dry_run_timer, dict(DRY_KEY)
     else:
-        from .. import ops
-
-        why = ops.kernels_unavailable_reason()
-        if why:
-            raise CheckpointError(f"cannot time kernels here: {why} (--dry-run runs the loop with fake timings)")
-        if ops.FORCED_ROWS:
-            raise CheckpointError(f"unset {ops.FORCE_ENV}: it would replace the rows being timed")
-        ops.set_tuned_rows([])  # time the tables as they are, not an earlier tune
+        ready_to_time(CheckpointError)
         tables, timer, key = GpuTables(), gpu_timer, tuning.machine_key()
     start = time.monotonic()
 
