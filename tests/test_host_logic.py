@@ -1,6 +1,10 @@
 """Host-only logic of the compiled extension: runs wherever the extension was built (CI builds it
 without a GPU), so these checks do not wait for a GPU machine."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -60,33 +64,45 @@ def test_quant_row_rejects():
 
 
 def test_sm90_switches_are_checked_at_import_values():
-    ops.check_sm90_env({})
-    ops.check_sm90_env({"BLOCKFP8_SM90_RASTER": "along_n", "BLOCKFP8_SM90_SWIZZLE": "8"})
-    ops.check_sm90_env({"BLOCKFP8_SM90_RASTER": ""})
+    ops.check_env({})
+    ops.check_env({"BLOCKFP8_SM90_RASTER": "along_n", "BLOCKFP8_SM90_SWIZZLE": "8"})
+    ops.check_env({"BLOCKFP8_SM90_RASTER": ""})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_RASTER='alongn'"):
-        ops.check_sm90_env({"BLOCKFP8_SM90_RASTER": "alongn"})
+        ops.check_env({"BLOCKFP8_SM90_RASTER": "alongn"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_SWIZZLE='3'"):
-        ops.check_sm90_env({"BLOCKFP8_SM90_SWIZZLE": "3"})
-    ops.check_sm90_env({"BLOCKFP8_SM90_SPLITS": "3", "BLOCKFP8_SM90_REDUCTION": "nondeterministic"})
+        ops.check_env({"BLOCKFP8_SM90_SWIZZLE": "3"})
+    ops.check_env({"BLOCKFP8_SM90_SPLITS": "3", "BLOCKFP8_SM90_REDUCTION": "nondeterministic"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_SPLITS='5'"):
-        ops.check_sm90_env({"BLOCKFP8_SM90_SPLITS": "5"})
+        ops.check_env({"BLOCKFP8_SM90_SPLITS": "5"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_REDUCTION='fast'"):
-        ops.check_sm90_env({"BLOCKFP8_SM90_REDUCTION": "fast"})
-    ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "0"})
-    ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "1"})
-    ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "gemm"})
+        ops.check_env({"BLOCKFP8_SM90_REDUCTION": "fast"})
+    ops.check_env({"BLOCKFP8_SM90_PDL": "0"})
+    ops.check_env({"BLOCKFP8_SM90_PDL": "1"})
+    ops.check_env({"BLOCKFP8_SM90_PDL": "gemm"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_PDL='off'"):
-        ops.check_sm90_env({"BLOCKFP8_SM90_PDL": "off"})
-    ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "96"})
+        ops.check_env({"BLOCKFP8_SM90_PDL": "off"})
+    ops.check_env({"BLOCKFP8_SM90_TILE_N": "96"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_TILE_N='100'"):
-        ops.check_sm90_env({"BLOCKFP8_SM90_TILE_N": "100"})
+        ops.check_env({"BLOCKFP8_SM90_TILE_N": "100"})
+
+
+def test_user_switches_are_checked_at_import_values():
+    """A typo in a documented switch fails at import with its name (it was silently ignored)."""
+    ops.check_env({"BLOCKFP8_SELF_CHECK": "always", "BLOCKFP8_NVFP4_W4A16": "1", "BLOCKFP8_LOG_ROWS": "0"})
+    ops.check_env({"BLOCKFP8_SELF_CHECK": "inprocess"})
+    for name, bad in (("BLOCKFP8_SELF_CHECK", "alway"), ("BLOCKFP8_NVFP4_W4A16", "yes"), ("BLOCKFP8_LOG_ROWS", "on")):
+        with pytest.raises(ValueError, match=f"{name}='{bad}': expected one of"):
+            ops.check_env({name: bad})
+    res = subprocess.run([sys.executable, "-c", "import vllm_blockfp8.ops"], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, BLOCKFP8_SELF_CHECK="allways"))
+    assert res.returncode != 0 and "BLOCKFP8_SELF_CHECK='allways'" in res.stderr
 
 
 def test_gemm_table_switch_round_trips_and_rejects_unknown_tables():
     """set_gemm_table returns the setting it replaced; the environment variable is checked at import."""
-    ops.check_sm90_env({"BLOCKFP8_GEMM_TABLE": "sm89"})
+    ops.check_env({"BLOCKFP8_GEMM_TABLE": "sm89"})
     with pytest.raises(ValueError, match="BLOCKFP8_GEMM_TABLE='sm80'"):
-        ops.check_sm90_env({"BLOCKFP8_GEMM_TABLE": "sm80"})
+        ops.check_env({"BLOCKFP8_GEMM_TABLE": "sm80"})
     start = ops.set_gemm_table("auto")
     try:
         assert ops.set_gemm_table("sm89") == "auto"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from typing import Optional
 
 import torch
@@ -82,10 +83,12 @@ def set_tuned_rows(entries) -> None:
     lines = []
     for e in entries:
         _need(set(TUNED_FIELDS) <= set(e), f"tuned entry {e!r} lacks {sorted(set(TUNED_FIELDS) - set(e))}")
-        _need(e["family"] in FAMILIES and str(e["row"]).isprintable() and " " not in str(e["row"]),
-              f"tuned entry {e!r}: family must be one of {FAMILIES} and row a name")
+        _need(e["family"] in FAMILIES and re.fullmatch(r"[A-Za-z0-9_]{1,64}", str(e["row"])) is not None,
+              f"tuned entry {e!r}: family must be one of {FAMILIES} and row a name (1-64 letters, digits, '_')")
         lines.append(" ".join(str(e[f]) for f in TUNED_FIELDS))
-    why = torch.ops.blockfp8.set_tuned_rows("\n".join(lines))
+    # The text travels as bytes in a CPU tensor (host_queries.cpp says why it is not a str argument).
+    text = "\n".join(lines).encode()
+    why = torch.ops.blockfp8.set_tuned_rows(torch.tensor(list(text), dtype=torch.uint8))
     _need(not why, f"set_tuned_rows: {why}")
 
 
@@ -132,7 +135,9 @@ def set_sm90_pdl(mode: str) -> str:
     """
     allowed = SM90_ENV_SWITCHES["BLOCKFP8_SM90_PDL"]
     _need(mode in allowed, f"set_sm90_pdl: mode must be one of {', '.join(allowed)}, got {mode!r}")
-    return torch.ops.blockfp8.set_sm90_pdl(mode)
+    previous = torch.ops.blockfp8.set_sm90_pdl(mode)
+    _need(previous != "", f"set_sm90_pdl: the extension refused mode {mode!r}")
+    return previous
 
 
 @contextlib.contextmanager
@@ -166,7 +171,9 @@ def set_gemm_table(table: str) -> str:
     cuBLAS. The linear op's path table follows the GEMM table. Needs the extension."""
     _need(table in GEMM_TABLES, f"set_gemm_table: table must be one of {', '.join(GEMM_TABLES)}, got {table!r}")
     _need(HAS_CUDA_KERNELS, f"set_gemm_table needs the compiled extension ({_IMPORT_ERROR})")
-    return torch.ops.blockfp8.set_gemm_table(table)
+    previous = torch.ops.blockfp8.set_gemm_table(table)
+    _need(previous != "", f"set_gemm_table: the extension refused table {table!r}")
+    return previous
 
 
 def gemm_table(table: str):
@@ -234,6 +241,8 @@ def nvfp4_self_check_run(row: int = -1, corrupt: bool = False) -> str:
     any CUDA GPU can run (the deterministic problem, the tolerance and the comparison); ``corrupt`` perturbs one
     output as ``BLOCKFP8_SELF_CHECK_CORRUPT`` does."""
     _need(HAS_CUDA_KERNELS, f"nvfp4_self_check_run needs the compiled extension ({_IMPORT_ERROR})")
+    rows = len(nvfp4_native_rows())
+    _need(-1 <= row < rows, f"nvfp4_self_check_run: row {row} out of range (-1 for the reference, else < {rows})")
     _need(torch.cuda.is_available(), "nvfp4_self_check_run needs a CUDA GPU")
     return torch.ops.blockfp8.nvfp4_self_check_run(int(row), bool(corrupt))
 

@@ -5,6 +5,7 @@ tensor ops, ``host_ops`` the host-only queries and switches; both build on this 
 from __future__ import annotations
 
 import os
+import re
 from typing import Optional
 
 import torch
@@ -43,7 +44,7 @@ _SCHEMAS = {
     "build_info": "build_info() -> str",
     "set_sm90_pdl": "set_sm90_pdl(str mode) -> str",
     "set_gemm_table": "set_gemm_table(str table) -> str",
-    "set_tuned_rows": "set_tuned_rows(str entries) -> str",
+    "set_tuned_rows": "set_tuned_rows(Tensor entries) -> str",
     "tuned_rows": "tuned_rows() -> str",
 }
 
@@ -75,6 +76,14 @@ SM90_ENV_SWITCHES = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n")
                   "BLOCKFP8_SM90_NARROW_SPLIT": ("0", "1")}
 
 
+# The user switches the extension and the package read, with their allowed values (README): a typo fails at import
+# with its name instead of being silently ignored. BLOCKFP8_SELF_CHECK: "always" checks every row, "inprocess" skips
+# the isolated child (first_use.py). BLOCKFP8_NVFP4_W4A16 and BLOCKFP8_LOG_ROWS are on/off.
+USER_ENV_SWITCHES = {"BLOCKFP8_SELF_CHECK": ("always", "inprocess"),
+                     "BLOCKFP8_NVFP4_W4A16": ("0", "1"),
+                     "BLOCKFP8_LOG_ROWS": ("0", "1")}
+
+
 # BLOCKFP8_GEMM_TABLE forces the W8A8 GEMM's row table for the process where its kernels run on the GPU (the SM89
 # rows run on SM90 too, so the H200 tests and times them); "none" turns the W8A8 GEMM off (the linear op takes the
 # GEMV or dequantize + cuBLAS); "auto" (or unset) is the GPU's own table.
@@ -82,18 +91,18 @@ ARCH_TABLES = ("sm89", "sm90", "sm120")
 GEMM_TABLES = ("auto", *ARCH_TABLES, "none")
 
 
-def check_sm90_env(environ=None) -> None:
+def check_env(environ=None) -> None:
     environ = os.environ if environ is None else environ
     table = environ.get("BLOCKFP8_GEMM_TABLE", "")
     if table and table not in GEMM_TABLES:
         raise ValueError(f"BLOCKFP8_GEMM_TABLE={table!r}: expected one of {', '.join(GEMM_TABLES)} (or unset)")
-    for name, allowed in SM90_ENV_SWITCHES.items():
+    for name, allowed in {**SM90_ENV_SWITCHES, **USER_ENV_SWITCHES}.items():
         value = environ.get(name, "")
         if value and value not in allowed:
             raise ValueError(f"{name}={value!r}: expected one of {', '.join(allowed)} (or unset)")
 
 
-check_sm90_env()
+check_env()
 
 # BLOCKFP8_FORCE=family:ROW[,family:ROW...] makes each named family run ROW wherever a call requests no row (under
 # `vllm serve`, every call). The op reads the variable itself (ops.cpp pick_row), so the traced graph stays one node;
@@ -114,6 +123,8 @@ def parse_force(value: str) -> dict:
                              f"(families: {', '.join(FAMILIES)})")
         if family not in FAMILIES:
             raise ValueError(f"{FORCE_ENV}={value!r}: unknown family {family!r}; families: {', '.join(FAMILIES)}")
+        if re.fullmatch(r"[A-Za-z0-9_]{1,64}", row) is None:
+            raise ValueError(f"{FORCE_ENV}={value!r}: row {row!r} is not a row name (1-64 letters, digits, '_')")
         if family in forced:
             raise ValueError(f"{FORCE_ENV}={value!r}: family {family!r} is named twice")
         forced[family] = row

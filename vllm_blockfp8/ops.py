@@ -27,7 +27,7 @@ from .host_ops import (TUNED_FIELDS, build_info, check_forced_rows, first_use_pe
                        nvfp4_self_check_run, selected_row, set_gemm_table, set_sm90_pdl, set_tuned_rows, sm90_pdl,
                        tile_table, tuned_rows)
 from .library import (FAMILIES, FORCE_ENV, FORCED_ROWS, GEMM_TABLES, SM90_ENV_SWITCHES, _IMPORT_ERROR,  # noqa: F401
-                      HAS_CUDA_KERNELS, _lib, _need, check_sm90_env, kernels_unavailable_reason, parse_force)
+                      HAS_CUDA_KERNELS, _lib, _need, check_env, kernels_unavailable_reason, parse_force)
 
 logger = logging.getLogger("vllm_blockfp8")
 

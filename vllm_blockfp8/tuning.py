@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -138,8 +139,9 @@ def parse(text: str, key: Optional[dict]) -> list:
     out = []
     for i, e in enumerate(entries):
         ok = (isinstance(e, dict) and e.get("family") in FAMILIES and isinstance(e.get("row"), str)
-              and e["row"] and not any(c.isspace() for c in e["row"])
-              and all(isinstance(e.get(f), int) and not isinstance(e.get(f), bool) and e[f] >= 1 for f in _ENTRY_INTS)
+              and re.fullmatch(r"[A-Za-z0-9_]{1,64}", e["row"]) is not None
+              and all(isinstance(e.get(f), int) and not isinstance(e.get(f), bool) and 1 <= e[f] < 2**62
+                      for f in _ENTRY_INTS)
               and e["m_min"] <= e["m_max"])
         if not ok:
             raise TunedFileError(f"overrides[{i}] is malformed: {e!r}")
@@ -176,16 +178,18 @@ def load(model_dir: Optional[str] = None, key: Optional[dict] = None,
         if key is None:  # no GPU or no kernels: nothing to override
             STATE.update(path=str(path), ignored="the kernels cannot run in this process")
             return []
+    if apply is None:
+        from .ops import set_tuned_rows as apply
     try:
-        entries = parse(path.read_text(), key)
+        entries = parse(path.read_bytes().decode("utf-8"), key)
+        apply(entries)  # the op checks the entries again: a refusal is a ValueError, ignored like a bad file
     except OSError as e:
         why = f"cannot read it ({e.strerror or e})"
-    except TunedFileError as e:
+    except UnicodeDecodeError:
+        why = "not UTF-8 text"
+    except (TunedFileError, ValueError) as e:
         why = str(e)
     else:
-        if apply is None:
-            from .ops import set_tuned_rows as apply
-        apply(entries)
         STATE.clear()
         STATE.update(path=str(path), overrides=len(entries))
         logger.info("blockfp8: %d tuned row override(s) from %s", len(entries), path)

@@ -1,8 +1,13 @@
 // Host-only ops (schemas in vllm_blockfp8/library.py): the tile tables, the row a family selects, why a row refuses a
-// problem, the SM90 GEMM's plan, and build facts. No tensors; answers are JSON or plain values (no exception
-// crosses the stable ABI where an op can answer with an error instead). Registered as CompositeExplicitAutograd.
+// problem, the SM90 GEMM's plan, the process switches, and build facts. Answers are JSON or plain values. No exception
+// leaves these ops: on the H200 image an exception thrown out of a stable-ABI op that takes no tensor killed the
+// process (SIGSEGV) where the same build raised RuntimeError on a CPU machine, so a bad name or value is answered
+// with an error ("" from a setter, {"error": ...} from a JSON query, a reason from a check) and the Python wrappers
+// (host_ops.py) raise ValueError. Text longer than a name reaches C++ as a uint8 tensor, never as a str argument
+// (set_tuned_rows: a multi-line str argument crashed there too). Registered as CompositeExplicitAutograd.
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
 
 #include <cstdint>
 #include <string>
@@ -45,6 +50,7 @@ fp4::Problem fp4_shape(const linear::Shape& s, const DeviceFacts& dev) {
   fp4::Problem p{};
   p.m = s.m, p.n = s.n, p.k = s.k, p.x_stride = s.k, p.out_stride = s.n, p.sm_count = s.sm_count;
   p.max_smem = dev.max_smem;
+  p.cc = dev.cc;
   return p;
 }
 
@@ -76,10 +82,12 @@ std::string op_tile_table(std::string family) {
   const DeviceFacts dev = current_device_facts();
   if (family == "gemv") return rows_json(gemv::num_rows(), &gemv::row);
   if (family == "nvfp4") return rows_json(fp4::num_rows(), &fp4::row);
+  if (family == "gemm") {  // the GEMM's own routing: no rows under BLOCKFP8_GEMM_TABLE=none
+    const int gemm_arch = gemm::table_arch(dev.cc);
+    return rows_json(gemm::num_rows(gemm_arch), [&](int i) -> const TileRow& { return gemm::row(gemm_arch, i); });
+  }
   const int arch = linear::table_arch(dev.cc);
-  if (family == "gemm")
-    return rows_json(gemm::num_rows(arch), [&](int i) -> const TileRow& { return gemm::row(arch, i); });
-  STD_TORCH_CHECK(family == "linear", "blockfp8: unknown family ", family);
+  if (family != "linear") return "{\"error\": \"unknown family\"}";
   return rows_json(linear::num_rows(arch), [&](int i) -> const TileRow& { return linear::row(arch, i); });
 }
 
@@ -89,7 +97,10 @@ int64_t op_select_row(std::string family, int64_t m, int64_t n, int64_t k) {
   const linear::Shape shape{m, n, k, linear::table_arch(dev.cc), dev.sm_count};
   if (family == "gemv") return gemv::select(linear::gemv_shape(shape));
   if (family == "nvfp4") return fp4::select(fp4_shape(shape, dev));
-  if (family == "gemm") return gemm::plan(linear::gemm_shape(shape)).row;  // as the op plans, switches included
+  if (family == "gemm") {  // as the op plans, switches included; no row where the op has no table
+    if (gemm::table_arch(dev.cc) == 0) return -1;
+    return gemm::plan(linear::gemm_shape(shape)).row;
+  }
   return linear::select(shape);
 }
 
@@ -121,6 +132,7 @@ std::string op_row_rejects(std::string family, int64_t row, int64_t m, int64_t n
     if (row < 0 || row >= fp4::num_rows()) return "row out of range";
     why = fp4::rejects(int(row), p);
   } else if (family == "gemm") {
+    if (gemm::off()) return "BLOCKFP8_GEMM_TABLE=none: the W8A8 GEMM is off";
     if (row < 0 || row >= gemm::num_rows(shape.cc)) return "no such W8A8 GEMM row on this GPU";
     why = gemm::rejects(linear::gemm_shape(shape));
   } else {
@@ -162,48 +174,61 @@ std::string op_gemm_k_plan(int64_t row, int64_t m, int64_t n, int64_t k, int64_t
   return gemm_plan_json(90, row, m, n, k, sm_count);
 }
 
+// 0 for a name that is not a table.
 int table_by_name(const std::string& table) {
-  const int arch = table == "sm89" ? 89 : table == "sm90" ? 90 : table == "sm120" ? 120 : 0;
-  STD_TORCH_CHECK(arch != 0, "blockfp8: unknown GEMM table '", table, "' (sm89, sm90 or sm120)");
-  return arch;
+  return table == "sm89" ? 89 : table == "sm90" ? 90 : table == "sm120" ? 120 : 0;
 }
+
+constexpr const char* kUnknownTable = "{\"error\": \"unknown GEMM table (sm89, sm90 or sm120)\"}";
 
 // Any table's plan, asked by name ("sm89", "sm90", "sm120"): host logic, so CPU tests pin every table.
 std::string op_gemm_table_plan(std::string table, int64_t row, int64_t m, int64_t n, int64_t k, int64_t sm_count) {
-  return gemm_plan_json(table_by_name(table), row, m, n, k, sm_count);
+  const int arch = table_by_name(table);
+  return arch == 0 ? kUnknownTable : gemm_plan_json(arch, row, m, n, k, sm_count);
 }
 
 // The rows of a GEMM table by name, without a device ("[]" when this build lacks it).
 std::string op_gemm_table_rows(std::string table) {
   const int arch = table_by_name(table);
+  if (arch == 0) return kUnknownTable;
   return rows_json(gemm::num_rows(arch), [&](int i) -> const TileRow& { return gemm::row(arch, i); });
 }
 
 // The first-use self-check state of each row of a GEMM table by name (gemm/first_use.h): "[]" for a table this build
 // lacks.
-std::string op_gemm_self_check(std::string table) { return gemm::self_check_json(table_by_name(table)); }
+std::string op_gemm_self_check(std::string table) {
+  const int arch = table_by_name(table);
+  return arch == 0 ? kUnknownTable : gemm::self_check_json(arch);
+}
 
 bool op_gemv_pins_residency(int64_t column_blocks, int64_t sm_count, int64_t ksplit, int64_t m_tiles) {
   return gemv::pins_residency(column_blocks, int(sm_count), int(ksplit), int(m_tiles));
 }
 
-// Sets this process's BLOCKFP8_SM90_PDL mode; returns the previous one.
+// Sets this process's BLOCKFP8_SM90_PDL mode; returns the previous one, or "" (nothing changed) for an unknown mode.
 std::string op_set_sm90_pdl(std::string mode) {
   const char* previous = gemm::set_pdl_mode(mode.c_str());
-  STD_TORCH_CHECK(previous != nullptr, "blockfp8: set_sm90_pdl: mode must be 0, 1 or gemm, got '", mode, "'");
-  return previous;
+  return previous == nullptr ? std::string() : std::string(previous);
 }
 
-// Forces this process's W8A8 GEMM table (gemm::set_table); returns the previous setting.
+// Forces this process's W8A8 GEMM table (gemm::set_table); returns the previous setting, or "" (nothing changed) for
+// an unknown name.
 std::string op_set_gemm_table(std::string table) {
   const char* previous = gemm::set_table(table.c_str());
-  STD_TORCH_CHECK(previous != nullptr, "blockfp8: set_gemm_table: unknown table '", table, "'");
-  return previous;
+  return previous == nullptr ? std::string() : std::string(previous);
 }
 
-// Replaces the tuned table (overrides.h: one "family n k m_min m_max row" per line; "" clears it). Returns "" or why
-// the text was refused; tuning.py builds the text from a validated file.
-std::string op_set_tuned_rows(std::string entries) { return overrides::set_tuned(entries); }
+// Replaces the tuned table with the text in `entries`, a contiguous 1-D CPU uint8 tensor (overrides.h: one
+// "family n k m_min m_max row" per line; empty clears it). Returns "" or why the text was refused.
+std::string op_set_tuned_rows(torch::stable::Tensor entries) {
+  if (entries.scalar_type() != torch::headeronly::ScalarType::Byte || !entries.is_cpu() || entries.dim() != 1 ||
+      !entries.is_contiguous())
+    return "entries must be a contiguous 1-D CPU uint8 tensor (the table's text)";
+  const int64_t bytes = entries.numel();
+  if (bytes > (int64_t(1) << 24)) return "the table's text is larger than 16 MiB";
+  const char* text = bytes > 0 ? static_cast<const char*>(entries.data_ptr()) : "";
+  return overrides::set_tuned(std::string(text, size_t(bytes)));
+}
 
 // The tuned table in force, in set_tuned_rows's format.
 std::string op_tuned_rows() { return overrides::tuned_text(); }
@@ -227,11 +252,12 @@ std::string op_nvfp4_self_check() { return fp4::native::self_check_json(); }
 // Runs native row `row`'s self-check now on the current device and its current stream, outside the registry: "" or
 // what went wrong. row = -1: the reference kernel against itself (any GPU). A test hook for the check's yardstick.
 std::string op_nvfp4_self_check_run(int64_t row, bool corrupt) {
-  STD_TORCH_CHECK(row >= -1 && row < fp4::native::num_rows(), "blockfp8: nvfp4_self_check_run: row ", row,
-                  " out of range (-1 for the reference, else < ", fp4::native::num_rows(), ")");
+  if (row < -1 || row >= fp4::native::num_rows())
+    return "row " + std::to_string(row) + " out of range (-1 for the reference, else < " +
+           std::to_string(fp4::native::num_rows()) + ")";
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
-  STD_TORCH_CHECK(err == cudaSuccess, "blockfp8: nvfp4_self_check_run needs a CUDA device: ", cudaGetErrorString(err));
+  if (err != cudaSuccess) return std::string("needs a CUDA device: ") + cudaGetErrorString(err);
   void* stream = nullptr;
   TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
   return fp4::native::check_row(int(row), corrupt, static_cast<cudaStream_t>(stream));
@@ -255,16 +281,17 @@ std::string op_first_use_pending(int64_t cc) {
 // Runs one row's check now on the current device and stream, outside the registry (the child process's side): ""
 // or what went wrong.
 std::string op_first_use_run(std::string family, int64_t table, int64_t row) {
-  const DeviceFacts dev = current_device_facts();
+  const bool gemm_row = family == "gemm";
+  if (!gemm_row && !(family == "nvfp4" && table == 120 && row >= 0 && row < fp4::native::num_rows()))
+    return "no row " + family + "/" + std::to_string(table) + "/" + std::to_string(row);
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
-  STD_TORCH_CHECK(err == cudaSuccess, "blockfp8: first_use_run needs a CUDA device: ", cudaGetErrorString(err));
+  if (err != cudaSuccess) return std::string("needs a CUDA device: ") + cudaGetErrorString(err);
+  const DeviceFacts dev = current_device_facts();
   void* stream = nullptr;
   TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
   const auto s = static_cast<cudaStream_t>(stream);
-  if (family == "gemm") return gemm::check_row_now(int(table), int(row), dev.sm_count, s);
-  STD_TORCH_CHECK(family == "nvfp4" && table == 120 && row >= 0 && row < fp4::native::num_rows(),
-                  "blockfp8: first_use_run: no row ", family, "/", table, "/", row);
+  if (gemm_row) return gemm::check_row_now(int(table), int(row), dev.sm_count, s);
   return fp4::native::check_row(int(row), first_use::corrupt_for(fp4::native::row(int(row)).name), s);
 }
 

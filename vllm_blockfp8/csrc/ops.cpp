@@ -259,6 +259,7 @@ Tensor run_gemm(const Tensor& a, const Tensor& a_scale, const Tensor& b, const T
                 int64_t row, const DeviceFacts& dev) {
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   const int arch = gemm::table_arch(dev.cc);
+  STD_TORCH_CHECK(!gemm::off(), "blockfp8: the W8A8 GEMM is off in this process (BLOCKFP8_GEMM_TABLE=none)");
   STD_TORCH_CHECK(arch != 0, "blockfp8: this build has no W8A8 GEMM for this GPU (SM", dev.cc, ")");
   STD_TORCH_CHECK(a_scale.stride(0) == 1 && (m <= 1 || a_scale.stride(1) >= m) && a_scale.stride(1) % 4 == 0,
                   "blockfp8: a_scale must be M-major with a leading dimension that is a multiple of 4");
@@ -477,6 +478,7 @@ Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, 
   p.bf16 = x.scalar_type() == ScalarType::BFloat16;
   p.sm_count = dev.sm_count;
   p.max_smem = dev.max_smem;
+  p.cc = dev.cc;
   const int i = pick_row<Fp4Family>(int(row), p);
   std::optional<Tensor> workspace;  // a K split's fp32 partials
   if (const size_t ws = fp4::workspace_bytes(i, p); ws > 0) {

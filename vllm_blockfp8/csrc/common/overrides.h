@@ -1,12 +1,13 @@
 // Rows chosen from outside the tables, consulted by ops.cpp's pick_row when a call requests no row: the row
 // BLOCKFP8_FORCE names for a family (read once per process), else a tuned entry for the problem (`blockfp8 tune`'s
 // measured winners, loaded through the set_tuned_rows host op). Rows are named, not numbered, because the GEMM's row
-// list depends on the table in force. Python validates both (ops.py, tuning.py); here a name that does not resolve,
-// or a row that refuses the problem, falls back to the family's own choice with one line on stderr.
+// list depends on the table in force. Python validates both (ops.py, tuning.py) and so does this side, before the
+// table in force is touched (known family, a row name of letters, digits and '_'): text from a file never reaches a
+// table unchecked. A name that does not resolve, or a row that refuses the problem, falls back to the family's own
+// choice with one line on stderr.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,9 @@ using TunedTable = std::vector<TunedEntry>;
 // The row BLOCKFP8_FORCE names for `family` ("linear", "gemv", "gemm", "quant", "nvfp4"), or nullptr.
 const char* forced(const char* family);
 
-// The tuned table in force (null when none was loaded); hold the pointer while using its names.
-std::shared_ptr<const TunedTable> tuned();
+// The tuned table in force (null when none was loaded). Every table ever loaded is kept for the process (they are a
+// few lines, replaced only by set_tuned), so the pointer and the names in it stay valid without a reference count.
+const TunedTable* tuned();
 
 // The tuned entry's row for a problem, or nullptr; valid while `table` lives.
 const char* tuned_row(const TunedTable& table, const char* family, int64_t m, int64_t n, int64_t k);

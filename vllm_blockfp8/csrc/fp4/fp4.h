@@ -42,6 +42,7 @@ struct Problem {
   bool bf16 = true;                      // false: fp16 (x, bias and out)
   int sm_count = 0;                      // multiprocessors (grid sizing, K splits)
   int max_smem = 0;                      // opt-in shared memory per block, bytes (rows that need more reject)
+  int cc = 0;                            // compute capability, major * 10 + minor (the SM90 wgmma rows need 90)
   void* workspace = nullptr;             // >= workspace_bytes(row, problem) bytes, 16-byte aligned
 };
 

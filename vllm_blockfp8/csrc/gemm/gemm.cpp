@@ -69,7 +69,10 @@ int table_arch(int device_cc) {
   return runs_on(device_cc, device_cc) ? device_cc : 0;
 }
 
+bool off() { return forced_table().load() == kNone; }
+
 const char* set_table(const char* name) {
+  if (name == nullptr || name[0] == '\0') return nullptr;  // "" means unset only in the environment
   const int t = parse_table(name);
   if (t < 0) return nullptr;
   return table_name(forced_table().exchange(t));

@@ -70,6 +70,8 @@ int table_arch(int device_cc);
 // changed) for an unknown name. The SM89 rows are compiled for sm_90a too, so an H200
 // runs them as forced rows; a forced table that cannot run on a device is ignored there.
 const char* set_table(const char* name);
+// True while "none" is in force (BLOCKFP8_GEMM_TABLE=none or set_table("none")): no call may take the W8A8 path.
+bool off();
 // True when this build compiled the table of `arch`.
 bool built(int arch);
 

@@ -93,6 +93,8 @@ const char* rejects(int cc, int i, const Shape& s) {
     case Path::kGemv:
       return gemv::select(gemv_shape(s)) >= 0 ? nullptr : "no GEMV row takes this shape";
     case Path::kW8A8:
+      // table_arch() hands the linear op the device's own table under "none", so the switch is checked here.
+      if (gemm::off()) return "BLOCKFP8_GEMM_TABLE=none: the W8A8 GEMM is off";
       if (!gemm::built(s.cc)) return "this build has no W8A8 GEMM for this arch";
       if (s.k % 128 != 0) return "W8A8 needs K % 128 == 0 (1x128 activation groups)";
       // Every GEMM row takes what the GEMM accepts; which one runs is planned once, by the GEMM op itself.
