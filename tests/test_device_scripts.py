@@ -5,11 +5,13 @@ of benchmarks/analysis/ab_compare.py's ratios."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -333,3 +335,56 @@ def test_tune_script_fails_loudly(tmp_path):
     rc, log, names, _ = _run_tune(tmp_path / "e", "exit 0", "bogus")
     assert rc == 2 and "unknown stage 'bogus'" in log and not names
     assert not (tmp_path / "e" / "out" / "tune").exists()  # refused before anything was made
+
+
+FULL = ROOT / "dev" / "device" / "h200_full.sh"
+SUITE = ROOT / "dev" / "device" / "suite.py"
+
+_SUITE_TESTS = '''
+import os, pytest
+def test_ok(): pass
+def test_crash(): os.abort()
+def test_after_the_crash(): pass
+@pytest.mark.skip(reason="needs a GPU run: the compiled extension vllm_blockfp8._C is not loaded")
+def test_degraded(): pass
+@pytest.mark.skip(reason="needs a GPU run: the GPU is SM90, this needs SM120")
+def test_other_arch(): pass
+def test_fail(): assert 1 == 2, "boom"
+'''
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_suite_survives_a_crash_names_it_and_fails_on_degraded_skips(tmp_path, jobs):
+    """suite.py records a test that kills the interpreter as CRASHED, runs the tests after it, and fails the run for
+    a failure, a crash, or a skip a GPU run must not have (a missing extension), but not for another arch's skip."""
+    (tmp_path / "tests").mkdir()
+    for name in ("test_a.py", "test_b.py"):
+        (tmp_path / "tests" / name).write_text(_SUITE_TESTS)
+    res = subprocess.run([sys.executable, str(SUITE), "--jobs", str(jobs), "--json", str(tmp_path / "out.json"),
+                          "tests/test_a.py", "tests/test_b.py"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    out = json.loads((tmp_path / "out.json").read_text())["results"]
+    for f in ("test_a.py", "test_b.py"):
+        assert out[f"tests/{f}::test_crash"]["outcome"] == "crashed"
+        assert out[f"tests/{f}::test_after_the_crash"]["outcome"] == "passed"
+        assert out[f"tests/{f}::test_fail"]["outcome"] == "failed" and "boom" in out[f"tests/{f}::test_fail"]["reason"]
+    assert "suite: 4 passed, 2 failed, 2 crashed, 4 skipped (2 for an unexpected reason)" in res.stdout
+    assert "UNEXPECTED Skipped: needs a GPU run: the compiled extension" in res.stdout
+    assert "UNEXPECTED Skipped: needs a GPU run: the GPU is SM90" not in res.stdout
+
+
+def test_suite_fails_when_pytest_fails_outside_any_test(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_broken.py").write_text("import no_such_module_here\n")
+    res = subprocess.run([sys.executable, str(SUITE), "tests/test_broken.py"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 1 and "<pytest exit" in res.stdout, res.stdout + res.stderr
+
+
+def test_full_script_parses_and_its_paths_exist():
+    subprocess.run(["bash", "-n", str(FULL)], check=True)
+    text = FULL.read_text()
+    assert "dev/device/suite.py" in text and "dev/device/sanitize_rows.py" in text and ". dev/device/lib.sh" in text
+    for test_file in ("tests/test_vllm_gpu.py",):
+        assert test_file in text and (ROOT / test_file).exists()

@@ -31,19 +31,7 @@ RUN_NAME=pending
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader | tee "$LOGS/gpu.txt"
 
 # ---- vLLM (the peers) ----------------------------------------------------------------------------------------------
-VK_ENV=${VK_ENV:-/tmp/vk_tools/env.sh}  # the bundle's environment (a test points it elsewhere)
-if [ ! -f "$VK_ENV" ] && ls .vk/kit.part-* > /dev/null 2>&1; then
-  echo "== unpacking the vLLM bundle (.vk/kit.part-*)"
-  cat .vk/kit.part-* > /tmp/kit.bin && "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall('/tmp', filter='tar')" /tmp/kit.bin
-  rm -f /tmp/kit.bin
-fi
-if [ -f "$VK_ENV" ]; then
-  . "$VK_ENV"
-  note vllm "$("$PY" -c 'import vllm; print("vllm", vllm.__version__)' 2>&1 | tail -n 1)"
-else
-  note vllm "DEGRADED: no vLLM bundle (/tmp/vk_tools, .vk/kit.part-*): vllm_triton and marlin_fp8 are skipped"
-  FAILED=1
-fi
+use_vllm_bundle "DEGRADED: no vLLM bundle (/tmp/vk_tools, .vk/kit.part-*): vllm_triton and marlin_fp8 are skipped"
 
 # ---- build ---------------------------------------------------------------------------------------------------------
 install_wheels

@@ -9,6 +9,9 @@
 #                           is set 30 s inside the cap (the benchmarks start no new point past it)
 #   pack                    summary.txt, then $OUT/$RUN_NAME.tgz (the logs folder removed)
 #   install_wheels          the carried .whl/*.whl into /tmp/site, put on PYTHONPATH
+#   use_vllm_bundle WHY     source the offline vLLM bundle's environment (VK_ENV, default /tmp/vk_tools/env.sh),
+#                           unpacking the carried .vk/kit.part-* first where it is missing; else a summary row WHY and
+#                           FAILED=1
 #   build_extension ARCHS CAP   `pip install -e .` for TORCH_CUDA_ARCH_LIST=ARCHS under `step build`, skipped when the
 #                           sources and the arch list hash to the last build's stamp; returns non-zero on a failure
 : "${OUT:?set OUT}"
@@ -49,6 +52,22 @@ step() {  # step NAME CAP CMD...
   note "$name" "$(printf 'rc=%-4s %4ss%s' "$rc" "$(( $(date +%s) - t0 ))" "$([ "$rc" = 124 ] && echo ' TIMED OUT')")"
   tail -n 12 "$LOGS/$name.log"
   return "$rc"
+}
+
+use_vllm_bundle() {  # use_vllm_bundle WHY_IF_MISSING
+  VK_ENV=${VK_ENV:-/tmp/vk_tools/env.sh}  # the bundle's environment (a test points it elsewhere)
+  if [ ! -f "$VK_ENV" ] && ls .vk/kit.part-* > /dev/null 2>&1; then
+    echo "== unpacking the vLLM bundle (.vk/kit.part-*)"
+    cat .vk/kit.part-* > /tmp/kit.bin && "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall('/tmp', filter='tar')" /tmp/kit.bin
+    rm -f /tmp/kit.bin
+  fi
+  if [ -f "$VK_ENV" ]; then
+    . "$VK_ENV"
+    note vllm "$("$PY" -c 'import vllm; print("vllm", vllm.__version__)' 2>&1 | tail -n 1)"
+  else
+    note vllm "$1"
+    FAILED=1
+  fi
 }
 
 install_wheels() {

@@ -11,8 +11,8 @@ only, not the rows whose names extend it, e.g. gemm:sm90_swapab_128x32x128 vs it
 W8A8 GEMM table for the process (ops.set_gemm_table: the SM89 rows run on the H200 from their sm_90a code) and adds
 its ragged cases: M one short of and past each row's token tile, odd N (the element-by-element store).
 
-Covers every row of tile_table("quant") and tile_table("gemv") and, where this GPU has one,
-tile_table("gemm"). Shapes
+Covers every row of tile_table("quant"), tile_table("gemv"), tile_table("nvfp4") (the weight-only NVFP4 rows:
+GEMVs, the mma.sync and, on SM90, the wgmma W4A16 GEMMs) and, where this GPU has one, tile_table("gemm"). Shapes
 are ragged on purpose (N not a multiple of 16 or 128, K with a partial last 128-block, M not a
 multiple of a row's token tile) so the edge guards run. A GEMV tensor-core row chooses among
 entry points inside its launcher (8- or 16-warp K split, residency-pinned), so it runs once per
@@ -72,6 +72,13 @@ def _sm89_gemm_cases(row: dict):
     return [(tile - 5, 523, 384), (tile + 3, 2120, 7168), (300, 4104, 1024), (1, 257, 12288)]
 
 
+def _nvfp4_cases(row: dict):
+    # M at the row's bound (or past a 64/128/256-token tile), N ragged against 16, 64 and 128, K of 2 and 56
+    # 128-blocks; the second case leaves the K-splitting rows few tiles (their partials and the reduce run).
+    m = row["max_m"] if row["max_m"] is not None else 300
+    return [(m, 1000, 256), (m, 520, 7168), (min(m, 77), 4104, 1024)]
+
+
 def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
     g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 13 + k)
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
@@ -85,6 +92,18 @@ def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
         bad = reference.first_mismatch(q, q_ref) or reference.first_mismatch(s.cpu().contiguous(), s_ref)
         if bad:
             raise AssertionError(f"quant {row['name']} M={m} K={k}: {bad}")
+        return "ok"
+    if family == "nvfp4":
+        packed, scale, gs = reference.quantize_nvfp4(torch.randn(n, k, device="cuda", generator=g))
+        try:
+            out = ops.nvfp4_linear(x, packed, scale, gs.reshape(1), None, row=row["name"])
+            torch.cuda.synchronize()
+        except (RuntimeError, ValueError) as exc:
+            if "cannot run" in str(exc):
+                return "skip"
+            raise
+        ref = reference.nvfp4_linear_ref(x, packed, scale, gs.reshape(1), None)
+        reference.assert_close_to_ref(out, ref, f"nvfp4 {row['name']} M={m} N={n} K={k}")
         return "ok"
     b, bs = reference.quantize_block_fp8(torch.randn(n, k, device="cuda", generator=g))
     try:
@@ -125,7 +144,7 @@ def main(argv: list[str]) -> int:
                   f"tile_table('gemm') {got})", file=sys.stderr)
             return 2
     failed = 0
-    tables = {family: ops.tile_table(family) for family in ("quant", "gemv", "gemm")}
+    tables = {family: ops.tile_table(family) for family in ("quant", "gemv", "nvfp4", "gemm")}
     full_names = {f"{family}:{row['name']}" for family, rows in tables.items() for row in rows}
 
     def selected(name: str) -> bool:
@@ -135,7 +154,8 @@ def main(argv: list[str]) -> int:
         for row in rows:
             if not selected(f"{family}:{row['name']}"):
                 continue
-            cases = {"quant": _quant_cases(row), "gemv": _gemv_cases(row, sm_count)}.get(family) or (
+            cases = {"quant": _quant_cases(row), "gemv": _gemv_cases(row, sm_count),
+                     "nvfp4": _nvfp4_cases(row)}.get(family) or (
                 _sm89_gemm_cases(row) if args.table == "sm89" else _gemm_cases(row))
             if case is not None:
                 cases = [cases[case]] if case < len(cases) else []
