@@ -55,7 +55,7 @@ ARCHS = {
         "generate": "cutlass_kernel",
         "unit_header": "gemm/sm90/kernels/cutlass_gemm.cuh",
         "unit_macro": "BLOCKFP8_SM90_ROW_UNIT",
-        "kernels": "gemm/sm90/kernels/*.cu",
+        "kernels": ["gemm/sm90/kernels/*.cu", "fp4/sm90/*.cu"],
         "host": ["gemm/sm90/plan.cpp", "gemm/sm90/dispatch.cpp"],
         "define": ["BLOCKFP8_HAS_SM90_GEMM"],
         "unit_flags": ["-DCUTLASS_GDC_ENABLED"],

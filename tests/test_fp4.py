@@ -50,6 +50,8 @@ def _row_accepts(name: str, m: int, n: int, k: int) -> bool:
     only where it should be: test_rejected_rows_raise checks the op refuses exactly the complement."""
     if name == "fp4_gemv_fma_anym":
         return True
+    if name.startswith("fp4_wgmma_"):  # SM90 only (the sm_90a unit), 64-wide K stages; smem fits the H100/H200
+        return torch.cuda.get_device_capability() == (9, 0) and k % 64 == 0
     if k % 128:
         return False
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -173,6 +175,26 @@ def test_long_k_all_positive(row, m, dtype):
     if row is not None and not _row_accepts(row, m, n, k):
         pytest.skip(f"{row} does not take M={m}")
     _check(_x(m, k, dtype, positive=True), *_weight(n, k, positive=True), row=row, what=f"long K {row} M={m}")
+
+
+WGMMA_ROWS = [r for r in ROW_NAMES if r.startswith("fp4_wgmma_")]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("row", WGMMA_ROWS)
+def test_wgmma_rows_ragged_and_long_k(row, dtype):
+    """The SM90 wgmma rows forced at M ragged against their 64/128/256-token tiles, N ragged against the
+    128-row tile (1000, 136: rows past N are zero-filled, never stored), K = 1088 (17 64-wide stages: not a
+    multiple of 128) and K = 16384 all-positive (a scale on the wrong group or a lost stage shows). N = 136 at
+    small M leaves 2 output tiles, so those calls split K (fp32 partials, then the reduce): an unwritten partial
+    or output element is NaN-poisoned by _run and fails."""
+    if not _row_accepts(row, 1, 136, 1088):
+        pytest.skip(f"{row} runs on SM90 only")
+    for n, k, positive in ((1000, 1088, False), (136, 1088, False), (136, 16384, True), (1000, 16384, True)):
+        w = _weight(n, k, positive)
+        for m in (1, 63, 65, 200, 257, 513):
+            x = _x(m, k, dtype, positive=positive)
+            _check(x, *w, row=row, what=f"{row} M={m} N={n} K={k}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

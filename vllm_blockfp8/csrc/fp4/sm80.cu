@@ -5,7 +5,10 @@
 // Layouts: fp4.h. Compiled for every arch the extension builds (8.9, 9.0a, 12.0a): the kernels use
 // SM80+ features only (mma.sync, cp.async). This is how Ada and Hopper run NVFP4 (no FP4 tensor
 // cores): decode reads half the bytes of FP8, and larger M runs W4A16 on the 16-bit tensor cores.
-// Unsupported: k % 32 != 0 (every row), k % 128 != 0 (the tensor-core rows; the FMA row takes it).
+// Builds with 9.0a add the SM90 wgmma rows (fp4/sm90/, compiled for sm_90a only; BLOCKFP8_HAS_SM90_GEMM):
+// their kernels exist only in that unit, and their preconditions take compute capability 9.0 only.
+// Unsupported: k % 32 != 0 (every row), k % 128 != 0 (the mma.sync tensor-core rows; the FMA row takes it,
+// and on SM90 the wgmma rows where k % 64 == 0).
 #include <algorithm>
 #include <cstdint>
 
@@ -13,6 +16,9 @@
 #include "fp4.h"
 #include "gemv.cuh"
 #include "w4a16.cuh"
+#ifdef BLOCKFP8_HAS_SM90_GEMM
+#include "sm90/kernels.h"
+#endif
 
 namespace blockfp8::fp4 {
 namespace {
@@ -110,6 +116,14 @@ cudaError_t launch_gemv_mma(const Problem& p, cudaStream_t s) {
   return cudaGetLastError();
 }
 
+// Sums a K split's fp32 partials (p.workspace, [splits][m][n]) into out, with the global scale and the bias.
+template <typename T>
+void launch_reduce(const Problem& p, int splits, cudaStream_t s) {
+  const int64_t total = p.m * p.n;
+  const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 8 * int64_t(p.sm_count)));
+  w4a16_reduce_kernel<T><<<blocks, 256, 0, s>>>(args<T>(p), static_cast<const float*>(p.workspace), splits);
+}
+
 template <int WN, int WM, int NT, int STAGES, typename T>
 cudaError_t launch_w4a16_t(const Problem& p, cudaStream_t s) {
   using Tile = W4a16Tile<WN, WM, NT, STAGES>;
@@ -122,11 +136,7 @@ cudaError_t launch_w4a16_t(const Problem& p, cudaStream_t s) {
   const dim3 grid(unsigned((p.m + Tile::kTokens - 1) / Tile::kTokens), unsigned((p.n + Tile::kRows - 1) / Tile::kRows),
                   unsigned(splits));
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, s>>>(args<T>(p), static_cast<float*>(p.workspace));
-  if (splits > 1) {
-    const int64_t total = p.m * p.n;
-    const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 8 * int64_t(p.sm_count)));
-    w4a16_reduce_kernel<T><<<blocks, 256, 0, s>>>(args<T>(p), static_cast<const float*>(p.workspace), splits);
-  }
+  if (splits > 1) launch_reduce<T>(p, splits, s);
   return cudaGetLastError();
 }
 
@@ -149,6 +159,30 @@ cudaError_t launch_w4a16(const Problem& p, cudaStream_t s) {
                 : launch_w4a16_t<WN, WM, NT, STAGES, __half>(p, s);
 }
 
+#ifdef BLOCKFP8_HAS_SM90_GEMM
+// The SM90 wgmma rows (fp4/sm90/w4a16_wgmma.cuh): 128 weight rows x TOK tokens per tile.
+template <int TOK>
+const char* wgmma_rejects(const Problem& p) {
+  return sm90::w4a16_wgmma_rejects(TOK, p);
+}
+
+template <int TOK>
+size_t wgmma_workspace(const Problem& p) {
+  return sm90::w4a16_wgmma_workspace(TOK, p);
+}
+
+template <int TOK>
+cudaError_t launch_wgmma(const Problem& p, cudaStream_t s) {
+  if (const cudaError_t err = sm90::launch_w4a16_wgmma(TOK, p, s); err != cudaSuccess) return err;
+  if (const int splits = sm90::w4a16_wgmma_splits(TOK, p); splits > 1) {
+    if (p.bf16)
+      launch_reduce<__nv_bfloat16>(p, splits, s);
+    else
+      launch_reduce<__half>(p, splits, s);
+  }
+  return cudaGetLastError();
+}
+#endif
 
 struct Fp4Row {
   TileRow info;
@@ -170,6 +204,20 @@ constexpr Fp4Row kRows[] = {
      &gemv_wide_rejects<2>, &launch_gemv_mma<8, 2, 1, 1, 3>},
     {{"fp4_gemv_mma_t16", 16, "M = 9..16: two 8-token tiles per weight read, 16-warp blocks"}, &gemv_mma_rejects<2>,
      &launch_gemv_mma<16, 2, 1, 1, 1>},
+#ifdef BLOCKFP8_HAS_SM90_GEMM
+    // SM90 only (compute capability 9.0), K % 64. M thresholds to be measured on the H200; the mma.sync rows below
+    // stay the SM89 path and forced rows on SM90.
+    {{"fp4_wgmma_128x64", 64, "SM90, M <= 64: wgmma, decoded weight as the register A operand, 128 x 64 tiles, "
+                              "6 stages (79 KB, 2 blocks per SM), K split where the tiles leave SMs idle "
+                              "(threshold to be measured)"},
+     &wgmma_rejects<64>, &launch_wgmma<64>, &wgmma_workspace<64>},
+    {{"fp4_wgmma_128x128", 128, "SM90, M = 65..128: wgmma 128 x 128 tiles, 5 stages (106 KB, 2 blocks per SM), "
+                                "K split where the tiles leave SMs idle (threshold to be measured)"},
+     &wgmma_rejects<128>, &launch_wgmma<128>, &wgmma_workspace<128>},
+    {{"fp4_wgmma_128x256", kUnboundedM, "SM90, large M: wgmma 128 x 256 tiles (m64n256k16), 5 stages (186 KB, "
+                                        "1 block per SM), K split where the tiles leave SMs idle"},
+     &wgmma_rejects<256>, &launch_wgmma<256>, &wgmma_workspace<256>},
+#endif
     {{"fp4_w4a16_64x64", kUnboundedM, "narrow layers (< 24 128-row tiles): 64 x 64 tiles fill more SMs; 2112x7168 at "
                                       "M = 1024 187 us vs 263 for 128 x 128"},
      &w4a16_narrow_rejects, &launch_w4a16<2, 2, 4, 3>, &w4a16_workspace<2, 2, 4, 3>},

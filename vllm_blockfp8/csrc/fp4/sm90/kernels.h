@@ -1,0 +1,28 @@
+// Host entry points of the SM90 NVFP4 W4A16 wgmma GEMM (w4a16_wgmma.cu: compiled for sm_90a only, and only in builds
+// with 9.0a, which define BLOCKFP8_HAS_SM90_GEMM): the fp4_wgmma_128x<tok> rows of sm80.cu's table.
+// tok is the token tile: 64, 128 or 256 (every tile is 128 weight rows).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "../fp4.h"
+
+namespace blockfp8::fp4::sm90 {
+
+// nullptr if the tile runs p (after sm80.cu's shared checks), else why not: SM90 only, k % 64 == 0, the tile's
+// shared memory, 16-byte aligned x rows, 4-byte aligned b_scale.
+const char* w4a16_wgmma_rejects(int tok, const Problem& p);
+
+// K splits the launch uses (1: none): where the output tiles alone leave SMs idle.
+int w4a16_wgmma_splits(int tok, const Problem& p);
+
+// Bytes of fp32 partials a split launch needs in p.workspace (0 without a split).
+size_t w4a16_wgmma_workspace(int tok, const Problem& p);
+
+// Enqueues the GEMM. With w4a16_wgmma_splits(tok, p) > 1 it writes every fp32 partial [split][m][n] to p.workspace
+// instead of out, and the caller runs the reduction (w4a16_reduce_kernel) after it. Does not check rejects().
+cudaError_t launch_w4a16_wgmma(int tok, const Problem& p, cudaStream_t stream);
+
+}  // namespace blockfp8::fp4::sm90

@@ -1,0 +1,97 @@
+// SM90 (sm_90a only) NVFP4 W4A16 wgmma GEMM: instantiations and launchers (the kernel: w4a16_wgmma.cuh, which
+// opens with the math, the layouts and what is unsupported). Compiled only when the build has 9.0a.
+#include <algorithm>
+#include <cstdint>
+
+#include "../../common/vector_rows.h"
+#include "kernels.h"
+#include "w4a16_wgmma.cuh"
+
+namespace blockfp8::fp4::sm90 {
+namespace {
+
+constexpr int64_t kMaxGridY = 65535;  // grid.y holds the 128-row tiles
+constexpr int kMaxSplits = 16;
+constexpr int kMinStagesPerSplit = 8;  // 512 of K: the ring fills before a split ends
+
+template <typename T>
+Args<T> make_args(const Problem& p) {
+  return Args<T>{static_cast<const T*>(p.x), p.b, p.b_scale, p.global_scale, p.global_scale_stride,
+                 static_cast<const T*>(p.bias), static_cast<T*>(p.out), int(p.m), int(p.n), int(p.k),
+                 p.x_stride, p.out_stride};
+}
+
+template <int TOK>
+const char* rejects_t(const Problem& p) {
+  if (p.cc != 90) return "wgmma needs compute capability 9.0 (the unit is built for sm_90a only)";
+  if (p.k % kStageK != 0) return "K must be a multiple of 64 (64-wide pipeline stages)";
+  if (WgmmaTile<TOK>::kSmemBytes > p.max_smem)
+    return "the tile's pipeline needs more shared memory per block than this GPU has";
+  if ((p.n + kRows - 1) / kRows > kMaxGridY) return "N must be at most 65535 * 128 (128-row tiles on grid.y)";
+  if (reinterpret_cast<uintptr_t>(p.b_scale) % 4 != 0) return "b_scale must be 4-byte aligned (4-byte cp.async)";
+  return rows_16byte_aligned(p.x, p.m, p.x_stride) ? nullptr : kRowsNot16ByteAligned;
+}
+
+// About two CTAs per SM where the output tiles alone leave SMs idle, each split at least 8 stages, at most 16.
+template <int TOK>
+int splits_t(const Problem& p) {
+  const int64_t tiles = ((p.m + TOK - 1) / TOK) * ((p.n + kRows - 1) / kRows);
+  if (tiles == 0 || tiles >= p.sm_count) return 1;
+  const int64_t want = (2 * int64_t(p.sm_count) + tiles - 1) / tiles;
+  return int(std::max<int64_t>(1, std::min<int64_t>({want, p.k / kStageK / kMinStagesPerSplit, kMaxSplits})));
+}
+
+template <int TOK, typename T>
+cudaError_t launch_t(const Problem& p, cudaStream_t s) {
+  using Tile = WgmmaTile<TOK>;
+  auto* kernel = &w4a16_wgmma_kernel<TOK, T>;
+  // On every launch, not once per process: the attribute is per device (multi-GPU processes).
+  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+  if (attr != cudaSuccess) return attr;
+  const int splits = splits_t<TOK>(p);
+  if (splits > 1 && p.workspace == nullptr) return cudaErrorInvalidValue;
+  const dim3 grid(unsigned((p.m + TOK - 1) / TOK), unsigned((p.n + kRows - 1) / kRows), unsigned(splits));
+  kernel<<<grid, kThreads, Tile::kSmemBytes, s>>>(make_args<T>(p), static_cast<float*>(p.workspace));
+  return cudaGetLastError();
+}
+
+template <int TOK>
+cudaError_t launch_tok(const Problem& p, cudaStream_t s) {
+  return p.bf16 ? launch_t<TOK, __nv_bfloat16>(p, s) : launch_t<TOK, __half>(p, s);
+}
+
+}  // namespace
+
+const char* w4a16_wgmma_rejects(int tok, const Problem& p) {
+  switch (tok) {
+    case 64: return rejects_t<64>(p);
+    case 128: return rejects_t<128>(p);
+    case 256: return rejects_t<256>(p);
+    default: return "no wgmma tile with that many tokens (64, 128, 256)";
+  }
+}
+
+int w4a16_wgmma_splits(int tok, const Problem& p) {
+  switch (tok) {
+    case 64: return splits_t<64>(p);
+    case 128: return splits_t<128>(p);
+    case 256: return splits_t<256>(p);
+    default: return 1;
+  }
+}
+
+size_t w4a16_wgmma_workspace(int tok, const Problem& p) {
+  const int splits = w4a16_wgmma_splits(tok, p);
+  return splits > 1 ? size_t(splits) * size_t(p.m) * size_t(p.n) * sizeof(float) : 0;
+}
+
+cudaError_t launch_w4a16_wgmma(int tok, const Problem& p, cudaStream_t s) {
+  switch (tok) {
+    case 64: return launch_tok<64>(p, s);
+    case 128: return launch_tok<128>(p, s);
+    case 256: return launch_tok<256>(p, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace blockfp8::fp4::sm90
