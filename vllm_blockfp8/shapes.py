@@ -61,6 +61,20 @@ SMALL = (
     WeightShape("small.384x1024", 384, 1024),
 ) + RAGGED
 
+# Tensor parallel: one rank's share of the split layers above at tp 2, 4 and 8, named "<layer>.tp<size>".
+# Column-parallel layers (QKV, gate_up, DeepSeek-V3's q_b and kv_b, the shared expert's gate_up) keep N / tp
+# output rows, row-parallel ones (o, down) K / tp inputs. DeepSeek-V3's fused q_a / kv_a projection
+# (dsv3.2112x7168) is replicated, the same on every rank, so it is not here.
+TP_SIZES = (2, 4, 8)
+_TP_SPLIT = {
+    "qwen3-8b.qkv": "column", "qwen3-8b.o": "row", "qwen3-8b.gate_up": "column", "qwen3-8b.down": "row",
+    "dsv3.24576x1536": "column", "dsv3.32768x512": "column", "dsv3.7168x16384": "row",
+    "dsv3.4096x7168": "column", "dsv3.7168x2048": "row",
+}
+TP_RANKS = tuple(
+    WeightShape(f"{s.name}.tp{tp}", s.n // tp if split == "column" else s.n, s.k // tp if split == "row" else s.k)
+    for tp in TP_SIZES for s in QWEN3_8B + DEEPSEEK_V3 if (split := _TP_SPLIT.get(s.name)))
+
 DECODE_M = (1, 2, 4, 8, 16)
 MID_M = (32, 64, 128, 256)
 PREFILL_M = (1024, 2048, 4096, 8192)
@@ -74,7 +88,7 @@ TUNE_M = (1, 4, 8, 16) + (32, 64) + (128, 256, 512) + (1024, 2048, 4096)
 # Every named set, by the name the benchmarks' --shapes option takes (benchmarks/harness.py).
 SETS = {
     "benchmark_set": BENCHMARK_SET, "qwen3_8b": QWEN3_8B, "deepseek_v3": DEEPSEEK_V3, "seeds": SEEDS,
-    "ragged": RAGGED, "small": SMALL,
+    "ragged": RAGGED, "small": SMALL, "tp_ranks": TP_RANKS,
 }
 
 

@@ -212,8 +212,11 @@ class Nvfp4LinearMethod(LinearMethodBase):
                        output_partition_sizes: list[int], input_size: int, output_size: int,
                        params_dtype: torch.dtype, **extra_weight_attrs) -> None:
         if input_size_per_partition % 32:
+            split = "" if input_size_per_partition == input_size else (
+                f" (K = {input_size} split across {input_size // input_size_per_partition} tensor-parallel ranks); "
+                "use a tensor-parallel size that keeps K / size a multiple of 32")
             raise ValueError(f"blockfp8: layer {_layer_name(layer)}: NVFP4 needs K % 32 == 0 per shard, got "
-                             f"K = {input_size_per_partition}")
+                             f"K = {input_size_per_partition}{split}")
         weight_loader = extra_weight_attrs.get("weight_loader")
         n = sum(output_partition_sizes)
         layer.logical_widths = output_partition_sizes
