@@ -26,9 +26,9 @@ import sys
 import torch
 
 from vllm_blockfp8 import shapes
+from vllm_blockfp8.tools.harness import first_line
 
 from . import harness, peers, peers_fp4
-from .report import first_line
 
 SCRIPT = "bench_nvfp4"
 FAMILY = "nvfp4"                       # the op's tile table, and the records' op

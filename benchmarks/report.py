@@ -22,11 +22,6 @@ OP_KIND = {"linear": "full linear", "gemm": "GEMM only", "quant": "quantizer",
            "nvfp4": "NVFP4 W4A16 linear"}
 
 
-def first_line(exc: BaseException, limit: int = 200) -> str:
-    text = (str(exc).strip().splitlines() or [""])[0]
-    return text[:limit] + ("..." if len(text) > limit else "")
-
-
 @dataclass(frozen=True)
 class Ceilings:
     copy_bytes_per_s: float

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -209,6 +211,41 @@ def test_tune_refusals(tmp_path, capsys):
     assert cli.main(["tune", str(empty), "--dry-run", "--m", "0,4"]) == 2
     err = capsys.readouterr().err
     assert "no block-FP8" in err and "--m takes comma-separated positive" in err
+
+
+def test_tune_needs_no_benchmarks_directory(tmp_path, monkeypatch, capsys):
+    """The timing harness ships in the package: without a GPU tune refuses for the kernels, never for a missing
+    benchmarks/ (an installed wheel has none)."""
+    model = _fp8_checkpoint(tmp_path / "m")
+    monkeypatch.setattr(cli, "benchmarks_dir", lambda: tmp_path / "absent")
+    monkeypatch.setattr(ops, "kernels_unavailable_reason", lambda: "test: no kernels")
+    assert cli.main(["tune", str(model)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot time kernels here: test: no kernels" in err and "source checkout" not in err
+
+
+_IMPORT_CHECK = textwrap.dedent("""
+    import sys
+    sys.modules["benchmarks"] = None  # from here on any import of benchmarks raises ImportError
+    from vllm_blockfp8.tools import harness, tune
+    assert tune.harness is harness and callable(harness.prepare_graph) and callable(harness.time_prepared)
+    print(sorted(m for m in sys.modules if m.startswith("benchmarks.")))
+""")
+
+
+def test_tune_imports_without_the_repository(tmp_path):
+    """tune and its harness import from the package alone (a wheel ships no benchmarks/): in a process where
+    `benchmarks` cannot be imported, run from a directory without one, they import and nothing of it is loaded;
+    and no module of the package imports it, lazily either."""
+    pkg_dir = pathlib.Path(tune.__file__).resolve().parents[1]  # .../vllm_blockfp8
+    env = dict(os.environ, PYTHONPATH=str(pkg_dir.parent))
+    res = subprocess.run([sys.executable, "-c", _IMPORT_CHECK], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
+    importers = [str(p) for p in pkg_dir.rglob("*.py")
+                 if re.search(r"^\s*(from|import)\s+benchmarks\b", p.read_text(), re.M)]
+    assert importers == []
 
 
 # ------------------------------------------------------------------------------------------------

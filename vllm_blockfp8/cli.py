@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "each M bucket, time every row of the family that serves that M (CUDA graphs, rotating "
                        "weight copies) and write the rows that beat the table's choice by >= 3% to "
                        "MODEL_DIR/blockfp8_tuned.json, which `vllm serve` then loads (this GPU, driver, CUDA and "
-                       "build only). Needs a GPU and a source checkout (the benchmark harness), except --dry-run.")
+                       "build only). Needs a GPU with the compiled kernels, except --dry-run.")
     t.add_argument("model_dir", type=Path, metavar="MODEL_DIR", help="the quantized checkpoint's directory")
     t.add_argument("--out", type=Path, default=None, help="where to write (default MODEL_DIR/blockfp8_tuned.json)")
     t.add_argument("--m", default=None, metavar="M,M,...", help="M buckets (default: vllm_blockfp8.shapes.TUNE_M)")
@@ -208,12 +208,6 @@ def _cmd_tune(args, extra) -> int:
         buckets = tune.parse_buckets(args.m) if args.m else shapes.TUNE_M
     except ValueError as e:
         raise CliError(str(e)) from None
-    if not args.dry_run:
-        root = benchmarks_dir()
-        if not root.is_dir():
-            raise CliError(f"no benchmarks/ directory at {root}: `blockfp8 tune` times with the benchmark harness "
-                           "of a source checkout (git clone, then pip install -e .)")
-        sys.path.insert(0, str(root.parent))
     try:
         doc = tune.main(args.model_dir, args.out, args.dry_run, buckets, show_progress=args.progress)
     except CheckpointError as e:

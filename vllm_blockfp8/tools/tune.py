@@ -6,8 +6,8 @@ Shapes come from the checkpoint's safetensors headers (no weights are read): blo
 (q/k/v -> qkv, gate/up -> gate_up) are timed at their fused N, as served at tensor parallel size 1. MoE experts are
 skipped (vLLM's own MoE kernels serve them). Per point the family that serves M is tuned: for block FP8 the linear
 table's path at that M (its GEMV rows, or its W8A8 GEMM rows: the quantizer before them is the same for every
-row), for NVFP4 the nvfp4 rows. The timer is the benchmark harness's (CUDA graphs over rotating weight copies,
-variants interleaved); ``dry_run_timer`` fakes it so the loop runs without a GPU.
+row), for NVFP4 the nvfp4 rows. The timer is tools/harness.py, the one the benchmarks time with (CUDA graphs over
+rotating weight copies, variants interleaved); ``dry_run_timer`` fakes it so the loop runs without a GPU.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .. import shapes, tuning
+from . import harness
 from .checkpoint import CheckpointError, check_source, scan_sources
 
 # vLLM's fused projections: the shards it stacks along N into one layer.
@@ -114,10 +115,8 @@ class GpuTables:
 
 def gpu_timer(family: str, rows: list, m: int, n: int, k: int) -> dict:
     """Per-call microseconds of each row forced through its op, and of the table's own choice ("" key), on the
-    benchmark harness: one CUDA graph per variant over rotating weight copies, replays interleaved."""
+    harness: one CUDA graph per variant over rotating weight copies, replays interleaved."""
     import torch
-
-    from benchmarks import harness
 
     from .. import ops, reference
 
