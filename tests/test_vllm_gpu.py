@@ -21,8 +21,11 @@ REASON = demo.gpu_unsupported_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"needs a supported GPU and vLLM: {REASON}")
 
 
-@pytest.mark.parametrize("fmt,family,row_prefix", [("fp8-block", "linear", "gemv"), ("nvfp4", "nvfp4", "fp4_")])
-def test_llm_generates_with_cuda_graphs(fmt, family, row_prefix):
+# (format, the op family its linears log, the decode row's prefix, the prefill (M > 16) path's prefix: the W8A8
+# GEMM, or an NVFP4 GEMM row rather than the GEMV)
+@pytest.mark.parametrize("fmt,family,row_prefix,prefill_prefix", [("fp8-block", "linear", "gemv", "w8a8_gemm"),
+                                                                  ("nvfp4", "nvfp4", "fp4_", "fp4_(?!gemv)")])
+def test_llm_generates_with_cuda_graphs(fmt, family, row_prefix, prefill_prefix):
     env = {**os.environ, "BLOCKFP8_LOG_ROWS": "1"}
     cmd = [sys.executable, "-m", "vllm_blockfp8", "demo", "--format", fmt, "--max-tokens", "8"]
     if os.environ.get("BLOCKFP8_TEST_ATTENTION_BACKEND"):
@@ -35,6 +38,9 @@ def test_llm_generates_with_cuda_graphs(fmt, family, row_prefix):
     assert all(len(g.split(",")) == 8 for g in generated), res.stdout[-3000:]
     # The engine's own calls (decode and prefill shapes) went through our kernels.
     assert re.search(rf"\[blockfp8\] {family} N=\d+ K=\d+ M=\d+ -> {row_prefix}", log), log[-6000:]
+    # ... and the prefill went through the GEMM path (the engine's profile run and the prompts: M > 16).
+    assert re.search(rf"\[blockfp8\] {family} N=\d+ K=\d+ M=(1[7-9]|[2-9]\d|\d{{3,}}) -> {prefill_prefix}", log), \
+        log[-6000:]
 
 
 def test_llm_serves_with_switches_off_and_a_garbage_tuned_file(tmp_path):
