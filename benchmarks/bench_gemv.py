@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     runner = harness.start(SCRIPT, args)
     ms = harness.parse_m(args.m)
     ops, ops_why = (None, "dry run") if args.dry_run else peers.our_ops()
-    peer_list = peers.select(peers.GEMM_PEERS, args.peers)
+    peer_list = peers.select(peers.GEMM_PEERS + peers.DECODE_PEERS, args.peers)  # + FlashInfer, M <= 32
     unavailable = peers.probe(peer_list, args.dry_run)
     if not args.dry_run:
         runner.report.notes["peer_quantizer"] = peers.peer_quantizer()[0]

