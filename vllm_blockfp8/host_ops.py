@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from typing import Optional
 
 import torch
 
-from .library import (ARCH_TABLES, FAMILIES, FORCE_ENV, FORCED_ROWS, GEMM_TABLES, SM90_ENV_SWITCHES, _IMPORT_ERROR,
-                      HAS_CUDA_KERNELS, _lib, _need, kernels_unavailable_reason)
+from .library import (ARCH_TABLES, FAMILIES, FORCE_ENV, FORCED_ROWS, GEMM_TABLES, ROW_NAME, SM90_ENV_SWITCHES,
+                      _IMPORT_ERROR, HAS_CUDA_KERNELS, _lib, _need, kernels_unavailable_reason)
 
 # --------------------------------------------------------------------------------------------
 # Tile tables and build facts (observable, never device-queried at import)
@@ -83,7 +82,7 @@ def set_tuned_rows(entries) -> None:
     lines = []
     for e in entries:
         _need(set(TUNED_FIELDS) <= set(e), f"tuned entry {e!r} lacks {sorted(set(TUNED_FIELDS) - set(e))}")
-        _need(e["family"] in FAMILIES and re.fullmatch(r"[A-Za-z0-9_]{1,64}", str(e["row"])) is not None,
+        _need(e["family"] in FAMILIES and ROW_NAME.fullmatch(str(e["row"])) is not None,
               f"tuned entry {e!r}: family must be one of {FAMILIES} and row a name (1-64 letters, digits, '_')")
         lines.append(" ".join(str(e[f]) for f in TUNED_FIELDS))
     # The text travels as bytes in a CPU tensor (host_queries.cpp says why it is not a str argument).

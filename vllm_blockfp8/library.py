@@ -109,6 +109,9 @@ check_env()
 # a row that refuses a problem falls back to the table's choice with one line on stderr. Syntax and family are
 # checked here, at import; row names need the GPU's tables (check_forced_rows).
 FORCE_ENV = "BLOCKFP8_FORCE"
+# What a row name is wherever one comes from outside (BLOCKFP8_FORCE, a tuned file): the C++ side checks the same
+# (common/overrides.cpp).
+ROW_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 
 
 def parse_force(value: str) -> dict:
@@ -123,7 +126,7 @@ def parse_force(value: str) -> dict:
                              f"(families: {', '.join(FAMILIES)})")
         if family not in FAMILIES:
             raise ValueError(f"{FORCE_ENV}={value!r}: unknown family {family!r}; families: {', '.join(FAMILIES)}")
-        if re.fullmatch(r"[A-Za-z0-9_]{1,64}", row) is None:
+        if ROW_NAME.fullmatch(row) is None:
             raise ValueError(f"{FORCE_ENV}={value!r}: row {row!r} is not a row name (1-64 letters, digits, '_')")
         if family in forced:
             raise ValueError(f"{FORCE_ENV}={value!r}: family {family!r} is named twice")

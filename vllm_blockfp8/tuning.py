@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -114,6 +113,7 @@ def write(path: Path, doc: dict) -> None:
 def parse(text: str, key: Optional[dict]) -> list:
     """The overrides of a tuned file's text for a machine with ``key`` (None: skip the key check); TunedFileError
     naming why it cannot be used."""
+    from .library import ROW_NAME
     from .ops import FAMILIES
 
     try:
@@ -139,7 +139,7 @@ def parse(text: str, key: Optional[dict]) -> list:
     out = []
     for i, e in enumerate(entries):
         ok = (isinstance(e, dict) and e.get("family") in FAMILIES and isinstance(e.get("row"), str)
-              and re.fullmatch(r"[A-Za-z0-9_]{1,64}", e["row"]) is not None
+              and ROW_NAME.fullmatch(e["row"]) is not None
               and all(isinstance(e.get(f), int) and not isinstance(e.get(f), bool) and 1 <= e[f] < 2**62
                       for f in _ENTRY_INTS)
               and e["m_min"] <= e["m_max"])
