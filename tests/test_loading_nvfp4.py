@@ -11,7 +11,6 @@ rank's slice must keep whole 16-groups and, for the kernels, a multiple of 32.
 
 from __future__ import annotations
 
-import re
 
 import pytest
 import torch
