@@ -6,9 +6,10 @@ rotating weight copies): ours@planner, ours@tuned, ours@planner_again. The row i
 graph is captured, so each variant's table is put in force (ops.set_tuned_rows) just before its graph is built and
 stays so through its capture: [] for the planner, the file's overrides (as tuning.load reads and checks them: a file
 the loader would ignore stops the run) for tuned. Block-FP8 files time ops.blockfp8_linear (activation quantization
-included), NVFP4 files ops.nvfp4_linear. Points, in this order: (a) every measured point of the file (N, K, M
-bucket), the shapes with overrides first; (b) the --shapes sets (default the benchmark set and the first held-out
-set) at the file's M buckets (shapes.TUNE_M where the file has none). A time budget cuts (b) first.
+included), NVFP4 files ops.nvfp4_linear (on the paired packing the layer stores). Points, in this order: (a) every
+measured point of the file (N, K, M bucket), the shapes with overrides first; (b) the --shapes sets (default the
+benchmark set and the first held-out set) at the file's M buckets (shapes.TUNE_M where the file has none). A time
+budget cuts (b) first.
 
 Per point, ratio = tuned / planner, planner = the geomean of the two planner timings (the tuned graph replays
 between them, so linear drift cancels), and the noise sample planner_again / planner - 1. Noise = the 95th
@@ -181,7 +182,7 @@ def run_points(runner: harness.Runner, points: list, fmt: str, entries: list, op
     tables = {PLANNER: [], TUNED: entries, AGAIN: []}
     if fp4:
         def call(o):
-            return ops.nvfp4_linear(o.x, o.w.packed, o.w.scale, o.w.row_scale)
+            return ops.nvfp4_linear(o.x, o.w.paired, o.w.scale, o.w.row_scale, b_paired=True)
     else:
         def call(o):
             return ops.blockfp8_linear(o.x, o.b, o.b_scale)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("ti
                                 reason="needs bash and coreutils timeout (the script's steps use it)")
 
 
-def _start(tmp_path: Path, fake_body: str, stages: list[str]) -> tuple[subprocess.Popen, Path]:
+def _start(tmp_path: Path, fake_body: str, stages: list[str], **env_extra) -> tuple[subprocess.Popen, Path]:
     tree = tmp_path / "tree"
     (tree / "dev" / "device").mkdir(parents=True)
     shutil.copy(ROOT / "dev" / "device" / "h200_e2e.sh", tree / "dev" / "device" / "h200_e2e.sh")
@@ -33,7 +33,7 @@ def _start(tmp_path: Path, fake_body: str, stages: list[str]) -> tuple[subproces
     out = tmp_path / "out"
     out.mkdir()
     env = dict(os.environ, OUT=str(out), PYTHON=str(fake), VLLM_USE_FLASHINFER_SAMPLER="0",
-               PACK_CACHE="0", E2E_TAG="t")
+               PACK_CACHE="0", E2E_TAG="t", **env_extra)
     # A TERM the test process ignores would be ignored by bash too (and then cannot be trapped).
     proc = subprocess.Popen(["bash", str(tree / "dev" / "device" / "h200_e2e.sh"), *stages], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -77,6 +77,75 @@ def test_a_term_during_a_step_still_packs_what_finished_and_marks_the_running_st
     [row] = [line.split("\t") for line in summary.splitlines()]
     assert row[0] == "demo" and row[1] == "143" and row[3].startswith("INTERRUPTED"), row
     assert "e2e-t/demo.log" in names
+
+
+# The fake interpreter for the model makers: make_qwen3_8b.py DIR ... writes DIR/manifest.json, and DIR/nvfp4/config.json
+# with --nvfp4 (removing a stale one without, as the maker does); every call is logged.
+_FAKE_MAKERS = """echo "$*" >> "$(dirname "$0")/calls.log"
+case "$*" in
+  *make_qwen3_8b.py*) rm -rf "$2/nvfp4"; mkdir -p "$2" && echo {} > "$2/manifest.json"
+    case "$*" in *--nvfp4*) mkdir -p "$2/nvfp4" && echo {} > "$2/nvfp4/config.json" ;; esac ;;
+esac
+exit 0"""
+
+
+def _calls(tmp_path: Path) -> list[str]:
+    log = tmp_path / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_nvfp4_variants_make_the_nvfp4_checkpoint_in_the_model_pass_and_pass_it_to_the_benchmarks(tmp_path):
+    """With an NVFP4 variant in VARIANTS, prep makes the 36-layer model with --nvfp4 (nvfp4/ written in the same pass
+    on the GPU: one step, no bf16 weights, no quantization step of its own) under CAP_prep; the 4-layer model stays
+    without it; the serving stage gets --nvfp4; a second call finds everything made. A model made earlier without
+    nvfp4/ is remade whole with --nvfp4."""
+    models = tmp_path / "models"
+    env = dict(MODELS=str(models), VARIANTS="blockfp8,nvfp4,marlin-fp4", CAP_prep="77")
+    proc, out = _start(tmp_path, _FAKE_MAKERS, ["prep", "latency"], **env)
+    log, _ = proc.communicate(timeout=60)
+    makers = [c for c in _calls(tmp_path) if "make_qwen3_8b.py" in c]
+    q3, q3s = models / "q3-36L", models / "q3-4L"
+    assert makers == [f"benchmarks/serving/make_qwen3_8b.py {q3} --layers 36 --nvfp4",
+                      f"benchmarks/serving/make_qwen3_8b.py {q3s} --layers 4 --bf16-weights"], log
+    assert "=== prep_q3-36L (cap 77s)" in log and "nvfp4-only" not in log
+    [serving] = [c for c in _calls(tmp_path) if "run_serving.py" in c]
+    assert f"--nvfp4 {q3}/nvfp4 " in serving and "--variants blockfp8,nvfp4,marlin-fp4" in serving
+    summary, _ = _archive(out, log)
+    rows = {r.split("\t")[0]: r.split("\t")[1] for r in summary.splitlines()}
+    assert rows["prep_q3-36L"] == rows["latency"] == "0" and "prep_q3-36L_nvfp4" not in rows, summary
+
+    (tmp_path / "calls.log").unlink()
+    proc, out = _start(tmp_path / "again", _FAKE_MAKERS.replace('"$(dirname "$0")/calls.log"',
+                                                                f'"{tmp_path}/calls.log"'), ["latency"], **env)
+    log, _ = proc.communicate(timeout=60)
+    assert not [c for c in _calls(tmp_path) if "make_qwen3_8b.py" in c], log
+
+    # Made earlier without nvfp4/ (an FP8-only call, or a step killed before nvfp4/config.json): remade with --nvfp4.
+    (tmp_path / "calls.log").unlink()
+    shutil.rmtree(q3 / "nvfp4")
+    proc, out = _start(tmp_path / "third", _FAKE_MAKERS.replace('"$(dirname "$0")/calls.log"',
+                                                                f'"{tmp_path}/calls.log"'), ["latency"], **env)
+    log, _ = proc.communicate(timeout=60)
+    assert [c for c in _calls(tmp_path) if "make_qwen3_8b.py" in c] == [
+        f"benchmarks/serving/make_qwen3_8b.py {q3} --layers 36 --nvfp4"], log
+
+
+def _maker_calls(tmp_path, stage: str, variants: str):
+    """The make_qwen3_8b.py calls h200_e2e.sh makes for STAGE with VARIANTS (fake makers), and its log."""
+    proc, _ = _start(tmp_path, _FAKE_MAKERS, [stage], MODELS=str(tmp_path / "models"), VARIANTS=variants)
+    log, _ = proc.communicate(timeout=60)
+    return [c for c in _calls(tmp_path) if "make_qwen3_8b.py" in c], log
+
+
+def test_quick_nvfp4_makes_the_4_layer_model_with_bf16_weights_and_nvfp4(tmp_path):
+    calls, log = _maker_calls(tmp_path, "serving_quick", "nvfp4,marlin-fp4")
+    assert calls == [f"benchmarks/serving/make_qwen3_8b.py {tmp_path / 'models' / 'q3-4L'} --layers 4 "
+                     "--bf16-weights --nvfp4"], log
+
+
+def test_fp8_variants_make_no_nvfp4_checkpoint(tmp_path):
+    calls, log = _maker_calls(tmp_path, "latency", "blockfp8,vllm-fp8-block")
+    assert calls == [f"benchmarks/serving/make_qwen3_8b.py {tmp_path / 'models' / 'q3-36L'} --layers 36"], log
 
 
 def test_ab_compare_cancels_run_order_and_reports_each_m(tmp_path, capsys):

@@ -78,6 +78,11 @@ class Format:
         """The layer's tensors after process_weights_after_loading, from the loaded ones."""
         raise NotImplementedError
 
+    def stored(self, layer, name: str) -> torch.Tensor:
+        """The processed layer's tensor ``name`` in the form ``processed`` states it (a format that repacks a
+        tensor at load undoes that here)."""
+        return getattr(layer, name).data
+
 
 class Fp8Format(Format):
     column_n = gate_up = row_in = 8 * B  # 128 rows / K columns per rank at tp 8
@@ -142,7 +147,7 @@ def check_layer(fmt: Format, layer, want: dict, dense: torch.Tensor, x: torch.Te
         assert_bits_equal(getattr(layer, name).data, tensor, f"{layer.prefix} {name}")
     layer.quant_method.process_weights_after_loading(layer)
     for name, tensor in fmt.processed(want, layer.logical_widths).items():
-        assert_bits_equal(getattr(layer, name).data, tensor, f"{layer.prefix} processed {name}")
+        assert_bits_equal(fmt.stored(layer, name), tensor, f"{layer.prefix} processed {name}")
     out = layer.quant_method.apply(layer, x, bias)
     assert out.dtype == torch.bfloat16
     ref = x.double() @ dense.t() + (0 if bias is None else bias.double())

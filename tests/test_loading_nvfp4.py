@@ -4,7 +4,8 @@ against the full dequantized checkpoint restricted to the rank) for the NVFP4 te
 
 Packed e2m1 weight uint8 [N, K/2] and e4m3 weight_scale [N, K/16] split like any weight; the
 global scale weight_scale_2 and input_scale come one per fused shard (q/k/v, gate/up each their
-own, magnitudes apart so they differ) and the processed layer keeps the global scale per output row.
+own, magnitudes apart so they differ) and the processed layer keeps the global scale per output row
+and its weight in the paired packing (the layer is not native on CPU; compared after unpairing).
 NVFP4 has no blocks along N, so shard widths need no alignment (heads of 48 rows here); along K a
 rank's slice must keep whole 16-groups and, for the kernels, a multiple of 32.
 """
@@ -57,6 +58,13 @@ class Nvfp4Format(Format):
     def processed(self, loaded, widths):
         per_row = torch.cat([g.expand(w) for g, w in zip(loaded["weight_scale_2"], widths)])
         return {"weight": loaded["weight"], "weight_scale": loaded["weight_scale"], "weight_global_scale": per_row}
+
+    def stored(self, layer, name):
+        # A CPU layer is never native, so it holds its weight in the paired packing the weight-only kernels read.
+        if name == "weight":
+            assert layer.blockfp8_nvfp4_paired and not layer.blockfp8_nvfp4_native
+            return reference.unpair_nvfp4_weight(layer.weight.data)
+        return super().stored(layer, name)
 
 
 FP4 = Nvfp4Format()

@@ -211,6 +211,9 @@ def _opcheck_cases():
         "nvfp4_linear": (torch.ops.blockfp8.nvfp4_linear.default, (x, packed, scale, gs.reshape(1), None)),
         "nvfp4_linear_bias": (torch.ops.blockfp8.nvfp4_linear.default,
                               (x, packed, scale, gs.reshape(1), bias[:64].contiguous())),
+        "nvfp4_linear_paired": (torch.ops.blockfp8.nvfp4_linear.default,
+                                (x, reference.pair_nvfp4_weight(packed), scale, gs.reshape(1), None, -1, None, None,
+                                 None, True)),
     }
 
 
@@ -294,6 +297,11 @@ def _bad_cases():
         "nvfp4 global_scale": (lambda: ops.nvfp4_linear(x, packed, scale, torch.ones(3)), r"^global_scale must be"),
         "nvfp4 bias": (lambda: ops.nvfp4_linear(x, packed, scale, gs, torch.zeros(63, dtype=torch.bfloat16)),
                        r"^bias must be \[N\]"),
+        # The native GEMM reads the ModelOpt packing: a paired b cannot go to it.
+        "nvfp4 native with b_paired": (lambda: ops.nvfp4_linear(
+            x, reference.pair_nvfp4_weight(packed), scale, gs,
+            native=ops.nvfp4_native_operands(scale, torch.ones(1), gs.reshape(1)), b_paired=True),
+            r"^native and b_paired=True"),
     }
 
 

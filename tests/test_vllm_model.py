@@ -4,8 +4,9 @@ A tiny Qwen3 / Qwen3-MoE is built with transformers, quantized with ``blockfp8 q
 built by ``vllm.model_executor.model_loader.utils.initialize_model`` under a CPU VllmConfig and
 loaded with ``model.load_weights`` from the safetensors, as vLLM's default loader does. Checks:
 which quant method each layer got, that every parameter was loaded, that the fused weights and
-scales equal the checkpoint bit for bit after ``process_weights_after_loading``, and that each
-layer's ``quant_method.apply`` matches the float64 reference built from the checkpoint tensors.
+scales equal the checkpoint bit for bit after ``process_weights_after_loading`` (an NVFP4 weight once
+the paired packing the layer stores is undone), and that each layer's ``quant_method.apply`` matches
+the float64 reference built from the checkpoint tensors.
 
 The distributed world is conftest's ``vllm_dist`` (initialising it twice fails); vLLM's attention
 backend selector is pointed at the CPU backend for the module (the model's Attention layers are
@@ -306,7 +307,9 @@ def test_nvfp4_weights_global_scales_and_apply(nvfp4_model, layer, fused):
     ckpt = nvfp4_model.ckpt
     w = _cat(ckpt, layer, fused, "weight")
     s = _cat(ckpt, layer, fused, "weight_scale")
-    assert_bits_equal(mod.weight.data, w, f"layer {layer} {fused}.weight")
+    # Not native on CPU: the layer holds the paired packing the weight-only kernels read.
+    assert mod.blockfp8_nvfp4_paired and not mod.blockfp8_nvfp4_native
+    assert_bits_equal(reference.unpair_nvfp4_weight(mod.weight.data), w, f"layer {layer} {fused}.weight")
     assert_bits_equal(mod.weight_scale.data, s, f"layer {layer} {fused}.weight_scale")
     shard_scales = [ckpt[f"model.layers.{layer}.{m}.weight_scale_2"].reshape(()) for m in FUSED[fused]]
     rows = [ckpt[f"model.layers.{layer}.{m}.weight"].shape[0] for m in FUSED[fused]]

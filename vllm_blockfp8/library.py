@@ -18,8 +18,8 @@ _SCHEMAS = {
     "gemm": "gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, ScalarType out_dtype, int row=-1) -> Tensor",
     "linear": "linear(Tensor x, Tensor b, Tensor b_scale, Tensor? bias=None, int row=-1) -> Tensor",
     "nvfp4_linear": ("nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, Tensor? bias=None, "
-                     "int row=-1, Tensor? b_scale_swizzled=None, Tensor? input_scale=None, Tensor? alpha=None) "
-                     "-> Tensor"),
+                     "int row=-1, Tensor? b_scale_swizzled=None, Tensor? input_scale=None, Tensor? alpha=None, "
+                     "bool b_paired=False) -> Tensor"),
     "nvfp4_quant": "nvfp4_quant(Tensor x, Tensor input_scale) -> (Tensor, Tensor)",
     "nvfp4_swizzle_scale": "nvfp4_swizzle_scale(Tensor scale) -> Tensor",
     "nvfp4_gemm": ("nvfp4_gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor alpha, ScalarType out_dtype, "

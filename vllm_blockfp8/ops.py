@@ -221,8 +221,14 @@ def _linear_fake(x, b, b_scale, bias=None, row=-1):
     return x.new_empty((x.shape[0], b.shape[0]))
 
 
+# The nvfp4 rows whose names start with this read only the paired packing (pair_nvfp4_weight): the SM90 wgmma
+# W4A16 GEMMs. Every other row reads both packings.
+NVFP4_PAIRED_ONLY_ROW_PREFIX = "fp4_wgmma_"
+
+
 def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global_scale: torch.Tensor,
-                 bias: Optional[torch.Tensor] = None, row=None, *, native: Optional[dict] = None) -> torch.Tensor:
+                 bias: Optional[torch.Tensor] = None, row=None, *, native: Optional[dict] = None,
+                 b_paired: bool = False) -> torch.Tensor:
     """NVFP4 linear: x [..., K] bf16/fp16 -> [..., N] in x's dtype.
 
     b uint8 [N, K/2] (two E2M1 codes per byte, low nibble first), b_scale float8_e4m3fn [N, K/16],
@@ -230,9 +236,14 @@ def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global
     Weight-only by default: the op picks its kernel row by M from the ``nvfp4`` tile table (decode
     GEMV, W4A16 tensor-core GEMM, FMA fallback); ``row`` forces one (index or name).
 
+    ``b_paired``: b is in the paired packing of :func:`pair_nvfp4_weight` (what the vLLM layer stores),
+    not ModelOpt's. The SM90 wgmma rows (``fp4_wgmma_*``) read only the paired packing, so with ModelOpt
+    packing an H100/H200 runs M > 16 on the slower mma.sync rows, and forcing a wgmma row is refused.
+
     ``native`` ({"b_scale_swizzled", "input_scale", "alpha"}: :func:`nvfp4_native_operands`) lets the
     op run W4A4 where ``nvfp4_native_path`` says so (SM120, M > 16): x quantized to NVFP4 with
-    ``input_scale``, then the native block-scaled GEMM. A forced ``row`` always runs weight-only.
+    ``input_scale``, then the native block-scaled GEMM, which reads the ModelOpt packing (so ``native``
+    with ``b_paired=True`` is a ValueError). A forced ``row`` always runs weight-only.
     """
     _check_activation("x", x, rank=None)
     _need(x.dim() >= 1, "x must have at least one dimension (K)")
@@ -255,6 +266,8 @@ def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global
         _need(bias.is_contiguous(), "bias must be contiguous")
     for name, t in (("b", b), ("b_scale", b_scale), ("global_scale", global_scale), ("bias", bias)):
         _need(t is None or t.device == x.device, f"{name} is on {t.device if t is not None else None} but x is on {x.device}")
+    _need(native is None or not b_paired,
+          "native and b_paired=True cannot go together: the native GEMM reads the ModelOpt packing of b")
     extra = (None, None, None)
     if native is not None:
         sw, isc, alpha = native["b_scale_swizzled"], native["input_scale"], native["alpha"]
@@ -267,17 +280,40 @@ def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global
             _need(t.device == x.device and t.is_contiguous(), f"native {name} must be contiguous on {x.device}")
         extra = (sw, isc.reshape(1), alpha.reshape(1))
     x2 = x.reshape(-1, k)
-    out = torch.ops.blockfp8.nvfp4_linear(x2, b, b_scale, global_scale.reshape(-1), bias,
-                                          _row_arg("nvfp4", row, x2.shape[0], n, k, x2), *extra)
+    row_index = _row_arg("nvfp4", row, x2.shape[0], n, k, x2)
+    # row_rejects asks about the paired packing (what the layer passes); the ModelOpt one is refused here, before the
+    # op, for the rows that cannot read it.
+    if row_index >= 0 and not b_paired:
+        names = [r["name"] for r in tile_table("nvfp4")]
+        if row_index < len(names):
+            _need(not names[row_index].startswith(NVFP4_PAIRED_ONLY_ROW_PREFIX),
+                  f"row {names[row_index]} cannot run M={x2.shape[0]} N={n} K={k}: the wgmma rows read the paired "
+                  "packing only (b_paired=True with b from pair_nvfp4_weight; the vLLM layer stores it)")
+    out = torch.ops.blockfp8.nvfp4_linear(x2, b, b_scale, global_scale.reshape(-1), bias, row_index, *extra,
+                                          bool(b_paired))
     return out.reshape(*x.shape[:-1], n)
 
 
+def pair_nvfp4_weight(b: torch.Tensor) -> torch.Tensor:
+    """ModelOpt-packed NVFP4 weight uint8 [N, K/2] -> the paired packing that ``nvfp4_linear(...,
+    b_paired=True)`` reads (once, at load; same shape, K % 32 == 0). Each aligned 32-bit word's bits are
+    permuted so the decode kernels turn each pair of values into 16-bit operands with one shift and one
+    mask (``reference.NVFP4_PAIRED_BITS``); ``reference.unpair_nvfp4_weight`` inverts it."""
+    _need(isinstance(b, torch.Tensor) and b.dtype == torch.uint8 and b.dim() == 2,
+          f"b must be uint8 [N, K/2], got {getattr(b, 'dtype', type(b).__name__)} {tuple(getattr(b, 'shape', ()))}")
+    _need(b.is_contiguous(), "b must be contiguous (row-major [N, K/2])")
+    _need(b.shape[1] % 16 == 0, f"b must have K/2 columns with K % 32 == 0, got {b.shape[1]} columns")
+    return reference.pair_nvfp4_weight(b)
+
+
 def _nvfp4_linear_ref(x, b, b_scale, global_scale, bias=None, row=-1, b_scale_swizzled=None, input_scale=None,
-                      alpha=None):
+                      alpha=None, b_paired=False):
     # The reference backend is weight-only on every device (the native path needs the SM120 kernels).
     # Dequantize in the op and run one fp32 GEMM (CPU, or CUDA without the extension). Only device
     # ops on the given tensors: no host tensor is built, so CUDA graphs can capture it. e2m1 * e4m3
     # * an fp32 global scale is not representable in x's dtype: the output rounds once.
+    if b_paired:
+        b = reference.unpair_nvfp4_weight(b)
     w = reference.dequantize_nvfp4(b, b_scale, global_scale.reshape(-1, 1))
     out = x.float() @ w.t()
     if bias is not None:
@@ -287,7 +323,7 @@ def _nvfp4_linear_ref(x, b, b_scale, global_scale, bias=None, row=-1, b_scale_sw
 
 @torch.library.register_fake("blockfp8::nvfp4_linear")
 def _nvfp4_fake(x, b, b_scale, global_scale, bias=None, row=-1, b_scale_swizzled=None, input_scale=None,
-                alpha=None):
+                alpha=None, b_paired=False):
     return x.new_empty((x.shape[0], b.shape[0]))
 
 

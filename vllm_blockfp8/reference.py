@@ -172,6 +172,57 @@ def dequantize_nvfp4(packed: torch.Tensor, scale: torch.Tensor, global_scale) ->
     return (values * gs).reshape(n, -1)
 
 
+# The paired packing: what the weight-only kernels read (made once at load, ``pair_nvfp4_weight``). Each aligned
+# 32-bit little-endian word of ModelOpt's packing holds elements 8w .. 8w + 7 (element e in bits 4e .. 4e + 3:
+# mantissa, exponent low, exponent high, sign). The paired word holds the same 8 codes with their bits moved so that
+# pair j = (element 2j, element 2j + 1) decodes as two 16-bit lanes with one shift and one mask (csrc/fp4/decode.cuh):
+# after rotl(word, (6, 2, 28)[j]) & 0x81C081C0 (pairs 0-2), or (word & 0x81808180) | ((word >> 8) & 0x00400040)
+# (pair 3), element 2j's mantissa, exponent and sign sit at bits 6, 7-8, 15 and element 2j + 1's at 22, 23-24, 31:
+# the bf16 operand bits of e2m1 * 2^-126. NVFP4_PAIRED_BITS[e] lists element e's (mantissa, exponent low, exponent
+# high, sign) bit positions in the paired word.
+NVFP4_PAIRED_BITS = ((0, 1, 2, 9), (16, 17, 18, 25), (4, 5, 6, 13), (20, 21, 22, 29),
+                     (10, 11, 12, 19), (26, 27, 28, 3), (14, 7, 8, 15), (30, 23, 24, 31))
+
+
+def _paired_rotations(inverse: bool) -> list:
+    """[(r, mask)]: the paired word is OR_r rotl(word, r) & mask (the inverse: of the paired word)."""
+    groups: dict = {}
+    for element, bits in enumerate(NVFP4_PAIRED_BITS):
+        for i, dst in enumerate(bits):
+            src = 4 * element + i
+            if inverse:
+                src, dst = dst, src
+            r = (dst - src) % 32
+            groups[r] = groups.get(r, 0) | (1 << dst)
+    return sorted(groups.items())
+
+
+def _permute_words(b: torch.Tensor, inverse: bool) -> torch.Tensor:
+    if b.dtype != torch.uint8 or b.dim() != 2 or b.shape[1] % 4:
+        raise ValueError(f"the packed weight must be uint8 [N, K/2] with K % 8 == 0, got {b.dtype} {tuple(b.shape)}")
+    words = b.contiguous().view(torch.int32)
+    out = torch.empty_like(words)
+    rotations = _paired_rotations(inverse)
+    for r0 in range(0, words.shape[0], 4096):  # int64 temporaries of at most 4096 rows
+        w = words[r0:r0 + 4096].to(torch.int64) & 0xFFFFFFFF
+        acc = torch.zeros_like(w)
+        for r, mask in rotations:
+            rotated = ((w << r) | (w >> (32 - r))) & 0xFFFFFFFF if r else w
+            acc |= rotated & mask
+        out[r0:r0 + 4096] = torch.where(acc >= 1 << 31, acc - (1 << 32), acc).to(torch.int32)
+    return out.view(torch.uint8).reshape(b.shape)
+
+
+def pair_nvfp4_weight(b: torch.Tensor) -> torch.Tensor:
+    """ModelOpt packing uint8 [N, K/2] -> the paired packing (same shape and bytes per row; see above)."""
+    return _permute_words(b, inverse=False)
+
+
+def unpair_nvfp4_weight(b_paired: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`pair_nvfp4_weight`."""
+    return _permute_words(b_paired, inverse=True)
+
+
 # --------------------------------------------------------------------------------------------
 # Native NVFP4 x NVFP4 (W4A4, SM120): activation quantizer and the GEMM's scale-factor layout
 # --------------------------------------------------------------------------------------------

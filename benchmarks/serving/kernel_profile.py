@@ -5,7 +5,11 @@ every Chrome trace (``*.json`` / ``*.json.gz``) under a profiler directory, keep
 events (``cat`` "kernel"; memcpy/memset too), and sums their durations by kernel name and by
 category (which part of a decoder layer the kernel belongs to). Dividing by the tokens the
 profiled window processed and by the number of decoder layers gives us per token per layer, the
-unit in which kernel benchmarks (bench_gemm, bench_quant) can be set beside it.
+unit in which kernel benchmarks (bench_gemm, bench_quant) can be set beside it. NVFP4 linears
+have categories of their own, so the two NVFP4 variants compare directly: "nvfp4 gemm: blockfp8"
+(our W4A16 GEMMs and their split-K reduce), "nvfp4 gemv: blockfp8" (our NVFP4 GEMVs) and
+"nvfp4: marlin" (vLLM's Marlin on an e2m1 weight with e4m3 scales, what vllm-nvfp4 runs on the
+H200); Marlin on other weight types is "gemm: Marlin (other weight types)".
 
 Kernel time is summed, not wall time: host stalls (a JIT compile, scheduling) do not count, and
 kernels that overlap (two streams) count twice. Both are fine for comparing where two engines
@@ -27,9 +31,27 @@ import re
 import sys
 from pathlib import Path
 
-# (category, pattern) in order, first match wins. Fused kernels come before their parts, our
-# kernels before generic names. The top-kernel list in the summary shows what fell where.
+# vLLM's Marlin kernel is one template for every weight type, ``marlin::Marlin<a_type, b_type,
+# c_type, s_type, threads, ...>`` (``marlin_moe_wna16::Marlin`` for MoE), its first four arguments
+# vllm.scalar_type ScalarType ids, which the demangled name prints as longs (``562949953487106l``).
+# NVFP4 is b_type float4_e2m1f with s_type float8_e4m3fn (MXFP4 has the same b_type with e8m0 scales).
+# Ids as vLLM 0.26 computes them (tests check them against the installed vllm.scalar_type).
+SCALAR_TYPE_ID = {"float4_e2m1f": 562949953487106, "float8_e4m3fn": 2814749767172868}
+_MARLIN = r"\bmarlin\w*::Marlin<"
+_MARLIN_NVFP4 = (_MARLIN + r"[^,]*,\s*(\(long\))?{b}l?,[^,]*,\s*(\(long\))?{s}l?\b").format(
+    b=SCALAR_TYPE_ID["float4_e2m1f"], s=SCALAR_TYPE_ID["float8_e4m3fn"])
+
+# (category, pattern) in order, first match wins. NVFP4 kernels come first (our W4A16 GEMM's
+# ``w4a16_wgmma_kernel`` would otherwise match the FP8 GEMV's ``mma_kernel``, and Marlin nothing),
+# then fused kernels before their parts, our kernels before generic names. The top-kernel list in
+# the summary shows what fell where.
 CATEGORIES = (
+    ("nvfp4 gemm: blockfp8", r"blockfp8::fp4::.*\bw4a16(_wgmma|_reduce)?_kernel"),
+    ("nvfp4 gemv: blockfp8", r"blockfp8::fp4::.*\bgemv_(mma|fma)_kernel"),
+    ("nvfp4: marlin", _MARLIN_NVFP4),
+    ("gemm: Marlin (other weight types)", _MARLIN),
+    # Native W4A4 (SM100/SM120): CUTLASS GEMMs on cutlass::float_e2m1_t operands, ours or vLLM's.
+    ("nvfp4 gemm: CUTLASS W4A4 (e2m1)", r"(cutlass|gemm).*e2m1"),
     ("norm+quant (fused)", r"rms_norm.*quant|norm.*per_(block|token|group).*quant"),
     ("act+quant (fused)", r"(silu|act).*quant"),
     ("gemm: DeepGEMM", r"deep_gemm"),  # before CUTLASS: its names carry cute/cutlass types

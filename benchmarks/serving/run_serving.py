@@ -1,11 +1,12 @@
-"""End-to-end serving benchmarks: this plugin vs vLLM's own FP8 paths vs bf16, same GPU, same run.
+"""End-to-end serving benchmarks: this plugin vs vLLM's own FP8 and NVFP4 paths vs bf16, same GPU, same run.
 
 Every measurement is one of vLLM's own benchmark commands (``python -m vllm.entrypoints.cli.main
 bench ...``), run once per variant with identical engine arguments:
 
 * ``latency``: ``bench latency``, batch 1, input 128, output 128 (decode-bound).
 * ``throughput``: ``bench throughput``, random data: ``prefill`` (input 1024, output 1) and
-  ``mixed`` (input 512, output 256).
+  ``mixed`` (input 512, output 256); opt-in ``batch32`` (32 prompts, input 128, output 128: decode
+  at batch 32, where weight-only NVFP4 GEMMs and Marlin meet at M = 32).
 * ``serve``: ``vllm serve`` on 127.0.0.1, then ``bench serve`` (random data, input 512, output
   128) at max concurrency 1, 4, 16, 64.
 * ``profile``: the prefill case (``bench throughput``, fewer prompts) and a batch-1 decode
@@ -16,8 +17,14 @@ bench ...``), run once per variant with identical engine arguments:
 
 Variants: ``blockfp8`` (FP8 checkpoint, --quantization blockfp8), ``vllm-fp8-block`` (alias
 ``fp8``: the same checkpoint through vLLM's own block-FP8 path), ``vllm-fp8-dyn`` (bf16 checkpoint,
---quantization fp8: per-tensor), ``bf16`` (alias ``none``). A bf16 directory without safetensors
-is loaded with ``--load-format dummy`` (see make_qwen3_8b.py for why the FP8 one never is).
+--quantization fp8: per-tensor), ``bf16`` (alias ``none``), ``blockfp8-nvfp4`` (alias ``nvfp4``:
+the ModelOpt NVFP4 checkpoint, --quantization blockfp8: this plugin's NVFP4 kernels) and
+``vllm-nvfp4`` (alias ``marlin-fp4``: the same checkpoint, no --quantization, so vLLM picks
+``modelopt_fp4`` from its config and its NVFP4 kernel by GPU: Marlin W4A16 on Hopper, CUTLASS /
+FlashInfer FP4 from SM100 on). The NVFP4 checkpoint (``--nvfp4``, default the folder ``nvfp4``
+beside ``--fp8block``) comes from ``make_qwen3_8b.py --nvfp4``. A bf16 directory without
+safetensors is loaded with ``--load-format dummy`` (see make_qwen3_8b.py for why the FP8 and
+NVFP4 ones never are: a variant whose quantized checkpoint has no weights is refused).
 
 ``--quick``: fewer iterations and prompts, the prefill throughput case only, a smaller CUDA-graph
 set and no torch.compile (full CUDA graphs for decode only, ``-cc {"mode": 0, "cudagraph_mode":
@@ -51,14 +58,20 @@ else:  # run as a script: its own folder is on sys.path
     from kernel_profile import markdown as profile_markdown, summarize as profile_summary
 
 VLLM = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
-ALIASES = {"fp8": "vllm-fp8-block", "none": "bf16"}
+ALIASES = {"fp8": "vllm-fp8-block", "none": "bf16", "nvfp4": "blockfp8-nvfp4",
+           "marlin-fp4": "vllm-nvfp4"}
 # variant -> (checkpoint, --quantization value or None)
 VARIANTS = {"blockfp8": ("fp8block", "blockfp8"), "vllm-fp8-block": ("fp8block", None),
-            "vllm-fp8-dyn": ("bf16", "fp8"), "bf16": ("bf16", None)}
-FULL = dict(lat_iters=(3, 10), prefill=(1024, 1, 512), mixed=(512, 256, 256),
+            "vllm-fp8-dyn": ("bf16", "fp8"), "bf16": ("bf16", None),
+            "blockfp8-nvfp4": ("nvfp4", "blockfp8"), "vllm-nvfp4": ("nvfp4", None)}
+# Each ours -> vLLM's own path on the same checkpoint: the ratios printed after the report.
+PEERS = {"blockfp8": "vllm-fp8-block", "blockfp8-nvfp4": "vllm-nvfp4"}
+# Throughput cases: (input len, output len, prompts).
+THROUGHPUT_CASES = ("prefill", "mixed", "batch32")
+FULL = dict(lat_iters=(3, 10), prefill=(1024, 1, 512), mixed=(512, 256, 256), batch32=(128, 128, 32),
             serve_len=(512, 128), prompts_per_conc=8, max_num_seqs=128, server_wait=420,
             profile_prompts=48)
-QUICK = dict(lat_iters=(1, 3), prefill=(1024, 1, 128), mixed=(512, 128, 64),
+QUICK = dict(lat_iters=(1, 3), prefill=(1024, 1, 128), mixed=(512, 128, 64), batch32=(128, 128, 32),
              serve_len=(512, 64), prompts_per_conc=3, max_num_seqs=64, server_wait=240,
              profile_prompts=16)
 # Every engine logs the kernel row that serves each blockfp8 layer shape, once per shape (other
@@ -76,6 +89,8 @@ ENGINE_ENV = {"BLOCKFP8_LOG_ROWS": os.environ.get("BLOCKFP8_LOG_ROWS", "1")}
 # 2026-11-30 blockfp8 prefill profile on the H200 stalled 0.66 s and 0.64 s in two such compiles,
 # inside the timed region of a run without this warm-up (benchmarks/results/serving/2026-11-30-x3).
 LATENCY_CC = {"cudagraph_capture_sizes": [1, 2, 4, 8]}
+# The batch32 case decodes 32 sequences that finish together: graphs up to 32 cover every step.
+BATCH32_CC = {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32]}
 DECODE_TOKENS = 128  # output tokens of every batch-1 latency run
 FAST_START_CC = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
                  "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64]}
@@ -101,7 +116,7 @@ class Bench:
                 "--gpu-memory-utilization", str(self.a.gpu_mem),
                 "--attention-backend", self.a.attention_backend]
         args += ["--quantization", quant] if quant else []
-        if not any(Path(model).glob("*.safetensors")):
+        if ckpt == "bf16" and not any(Path(model).glob("*.safetensors")):
             args += ["--load-format", "dummy"]
         if self.a.quick and not self.a.compile:
             args += ["-cc", json.dumps(FAST_START_CC)]
@@ -157,7 +172,8 @@ class Bench:
 
     def save(self) -> None:
         meta = {"quick": self.a.quick, "params": self.p, "fp8block": str(self.a.fp8block),
-                "bf16": str(self.a.bf16), "gpu": self.gpu, "elapsed_s": time.time() - self.t0}
+                "bf16": str(self.a.bf16), "nvfp4": str(getattr(self.a, "nvfp4", None) or ""),
+                "gpu": self.gpu, "elapsed_s": time.time() - self.t0}
         (self.a.out / "serving.json").write_text(json.dumps({"meta": meta, "runs": self.runs},
                                                             indent=2, default=str))
 
@@ -191,8 +207,9 @@ class Bench:
         il, ol, _ = self.p[case]
         # Prefill steps batch thousands of tokens, past every CUDA graph: a few graph sizes time
         # the same work and spare each engine its capture (and vLLM fp8 its DeepGEMM JIT of every
-        # capture size), the same for every variant.
-        cc = ["-cc", json.dumps(LATENCY_CC)] if case == "prefill" and not self.a.quick else []
+        # capture size), the same for every variant. batch32 decodes at 32 and below: graphs to 32.
+        cc = {"prefill": LATENCY_CC, "batch32": BATCH32_CC}.get(case) if not self.a.quick else None
+        cc = ["-cc", json.dumps(cc)] if cc else []
         return [*VLLM, "bench", "throughput", "--model", model, *eargs, *cc, "--dataset-name",
                 "random", "--random-input-len", str(il), "--random-output-len", str(ol),
                 "--num-prompts", str(prompts), *extra]
@@ -373,7 +390,14 @@ def tail(log, n: int = 3) -> str:
     return " | ".join(lines[-n:])[-300:]
 
 
-KERNEL_HINT = re.compile(r"(?i)deep_?gemm|cutlass|blockfp8|fp8.*(kernel|linear|backend)")
+# vLLM 0.26 names its NVFP4 linear kernel once per engine (kernels/linear/__init__.py,
+# init_nvfp4_linear_kernel): "Using MarlinNvFp4LinearKernel for NVFP4 GEMM" (or Cutlass /
+# FlashInferCutlass / FlashInferCuteDsl ...NvFp4LinearKernel), and Marlin adds the warning "Your GPU
+# does not have native support for FP4 computation but FP4 quantization is being used. Weight-only
+# FP4 compression will be used leveraging the Marlin kernel. ..." (kernels/linear/nvfp4/marlin.py).
+# This plugin's NVFP4 lines start "blockfp8: NVFP4 runs ...".
+KERNEL_HINT = re.compile(r"(?i)deep_?gemm|cutlass|blockfp8|fp8.*(kernel|linear|backend)"
+                         r"|for nvfp4 gemm|nvfp4linearkernel|native support for fp4|marlin")
 
 
 def kernel_lines(log, n: int = 12) -> list[str]:
@@ -481,6 +505,31 @@ def model_layers(model: str) -> int | None:
         return None
 
 
+def peer_ratios(runs: list[dict]) -> list[str]:
+    """One line per (stage, case) where one of our variants and its vLLM peer (PEERS) both
+    measured: ours / peer on the stage's higher-is-better metric. report_serving's tables take
+    their ratios against vllm-fp8-block only; this puts blockfp8-nvfp4 beside vllm-nvfp4 too."""
+    metric = {"latency": "decode_tok_s", "throughput": "tok_s", "serve": "output_throughput"}
+    got = {(r["stage"], r.get("case"), r["variant"]): r.get(metric.get(r["stage"], ""))
+           for r in runs if r.get("status") == "ok"}
+    lines = []
+    for (stage, case, v), value in got.items():
+        peer = got.get((stage, case, PEERS.get(v)))
+        if value and peer:
+            lines.append(f"{stage} {case}: {v} / {PEERS[v]} = {value / peer:.3f}x "
+                         f"({metric[stage]} {value:.4g} vs {peer:.4g})")
+    return lines
+
+
+def write_peer_ratios(out: Path, runs: list[dict]) -> None:
+    lines = peer_ratios(runs)
+    if lines:
+        text = "\n".join(f"- {ln}" for ln in lines)
+        with open(out / "results.md", "a") as f:
+            f.write(f"\n## Ours against vLLM's own path on the same checkpoint\n\n{text}\n")
+        print("\nOURS / VLLM PEER (same checkpoint)\n" + "\n".join(lines))
+
+
 def free_port(preferred: int) -> int:
     for port in (preferred, 0):
         with socket.socket() as s:
@@ -512,6 +561,9 @@ def main() -> int:
     ap.add_argument("--fp8block", type=Path, required=True, help="block-FP8 checkpoint directory")
     ap.add_argument("--bf16", type=Path, required=True,
                     help="bf16 checkpoint directory (without safetensors: --load-format dummy)")
+    ap.add_argument("--nvfp4", type=Path, default=None,
+                    help="ModelOpt NVFP4 checkpoint directory (make_qwen3_8b.py --nvfp4) for "
+                         "blockfp8-nvfp4 / vllm-nvfp4; default: nvfp4 beside --fp8block")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--variants", default="blockfp8,vllm-fp8-block,bf16",
                     help=f"comma list of {list(VARIANTS)} (aliases {ALIASES})")
@@ -519,7 +571,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
                     default=[1, 4, 16, 64])
     ap.add_argument("--throughput-cases", default=None,
-                    help="prefill,mixed (default; --quick: prefill only, to fit ~6 minutes)")
+                    help="of prefill, mixed, batch32: prefill,mixed (default; --quick: prefill only, "
+                         "to fit ~6 minutes)")
     ap.add_argument("--profile-cases", default="prefill,decode",
                     help="cases of the profile stage: prefill, decode")
     ap.add_argument("--profile-prompts", type=int, default=0,
@@ -542,10 +595,18 @@ def main() -> int:
     variants = [ALIASES.get(v, v) for v in a.variants.split(",") if v]
     bad = [v for v in variants if v not in VARIANTS] + [
         s for s in a.stages.split(",") if s not in ("latency", "throughput", "serve", "profile")] + [
-        c for c in a.throughput_cases.split(",") if c not in ("prefill", "mixed")] + [
+        c for c in a.throughput_cases.split(",") if c not in THROUGHPUT_CASES] + [
         c for c in a.profile_cases.split(",") if c not in ("prefill", "decode")]
     if bad:
         ap.error(f"unknown variant or stage: {bad}")
+    a.nvfp4 = a.nvfp4 or a.fp8block.parent / "nvfp4"
+    used = variants + ([ALIASES.get(a.loadtest_variant, a.loadtest_variant)] if a.loadtest else [])
+    for ckpt in ("fp8block", "nvfp4"):  # never dummy-loaded: a quantized checkpoint needs its weights
+        need = [v for v in used if VARIANTS.get(v, ("",))[0] == ckpt]
+        if need and not any(Path(getattr(a, ckpt)).glob("*.safetensors")):
+            how = "make_qwen3_8b.py --nvfp4" if ckpt == "nvfp4" else "make_qwen3_8b.py"
+            ap.error(f"{', '.join(need)} need --{ckpt} with weights: {getattr(a, ckpt)} has no "
+                     f"*.safetensors (write it with {how})")
     bench = Bench(a)
     # SIGTERM (an outer `timeout`) unwinds through finally blocks: servers stop, summary prints.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -565,6 +626,7 @@ def main() -> int:
         from report_serving import write_report
 
         write_report(a.out, bench.runs)
+        write_peer_ratios(a.out, bench.runs)
     return rc or (0 if all(r["status"] == "ok" for r in bench.runs) else 1)
 
 

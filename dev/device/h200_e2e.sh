@@ -8,7 +8,8 @@
 #
 # Stages (cap in seconds; override with CAP_<stage>=N):
 #   (always)       -    append the SmolLM2 chunks this call carried (.vs/smol.part-NN)
-#   prep           -    only make the models the other stages need (each step capped at 300 s)
+#   prep           -    only make the models the other stages need (each step capped at 300 s; the Qwen3-shaped
+#                       makers' cap is CAP_prep)
 #   demo           300  python -m vllm_blockfp8 demo
 #   serve_smoke    300  vk_tools/serve_smoke.py on a 4-layer Qwen3-8B-shaped block-FP8 checkpoint
 #   fidelity       420  evals.fidelity on SmolLM2-135M (needs the SmolLM2 archive unpacked)
@@ -20,7 +21,8 @@
 #                       each of the three steps has the cap
 #   latency        480  benchmarks/serving/run_serving.py --stages latency
 #   throughput     480  ... --stages throughput; each variant runs twice (untimed warm-up run, then the
-#                       timed run), each 70-230 s with its engine start: budget ~300-400 s per variant
+#                       timed run), each 70-230 s with its engine start: budget ~300-400 s per variant;
+#                       THROUGHPUT_CASES=batch32 adds the 32 x (128 in, 128 out) decode batch
 #   serve_sweep    480  ... --stages serve (concurrency 1, 4, 16, 64)
 #   profile        480  ... --stages profile: prefill and batch-1 decode under vLLM's torch profiler, GPU kernel time
 #                       per token per layer by category (kernel_profile.py), per variant
@@ -36,11 +38,22 @@
 # the serving model's depth), QUICK=1 (latency/throughput/serve_sweep/loadtest with --quick on the
 # 4-layer model), VARIANTS (run_serving's, default
 # blockfp8,vllm-fp8-block,bf16; split a stage across calls with it), THROUGHPUT_CASES
-# (prefill,mixed; prefill with QUICK=1), PROFILE_CASES (prefill,decode), PROFILE_PROMPTS (48), SERVE_CONC
-# (serve_sweep's concurrency list, default 1,4,16,64), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3).
+# (prefill,mixed; prefill with QUICK=1; or batch32), PROFILE_CASES (prefill,decode), PROFILE_PROMPTS (48), SERVE_CONC
+# (serve_sweep's concurrency list, default 1,4,16,64), LOADTEST_MIN (3), LOADTEST_CONC (128), PYTHON (python3),
+# MODELS (/tmp; where the q3-<L>L models live).
+# NVFP4 variants: blockfp8-nvfp4 (alias nvfp4: the ModelOpt NVFP4 checkpoint through this plugin,
+# --quantization blockfp8) and vllm-nvfp4 (alias marlin-fp4: the same checkpoint through vLLM's own
+# modelopt_fp4, which on the H200 runs Marlin W4A16). When VARIANTS names one, prep, the serving stages
+# and serving_quick make the model with `make_qwen3_8b.py DIR --nvfp4`: nvfp4/ is quantized on the GPU in
+# the same pass as fp8block/ (no bf16 weights needed), one step under the same 300 s cap (CAP_prep):
+# estimated ~1.5-3 min at 36 layers (the FP8 pass 1-2 min, NVFP4 well under one more: GPU quantization
+# plus ~6.4 GB of shards), ~16 GB written (fp8block 9.5 + nvfp4 6.4), less than the 26 GB a
+# --bf16-weights pass writes under the same cap. A model made earlier without nvfp4/ is remade whole
+# (same seed, same weights). Once made, the models stay while the machine is warm, so run `prep` in its
+# own call (or first in a call) and the benchmarks after it.
 # The model makers import this package: on a fresh machine start this script only after
 # `dev/device/h200_check.sh build` has installed it (a parallel start fails prep with ModuleNotFoundError).
-# Models are made once and kept in /tmp while the machine stays warm: /tmp/q3-<L>L (make_qwen3_8b),
+# Models are made once and kept in /tmp while the machine stays warm: $MODELS/q3-<L>L (make_qwen3_8b),
 # /tmp/smollm2 (gguf_to_hf.py) and /tmp/smollm2-fp8 (python -m vllm_blockfp8 quantize).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,12 +71,15 @@ export BLOCKFP8_PIDFILE=$E2E/.pids
 QUICK=${QUICK:-0}
 LAYERS=${LAYERS:-36}
 [ "$QUICK" = 1 ] && LAYERS=4
-Q3=/tmp/q3-${LAYERS}L
-Q3S=/tmp/q3-4L
+MODELS=${MODELS:-/tmp}
+Q3=$MODELS/q3-${LAYERS}L
+Q3S=$MODELS/q3-4L
 SMOL=/tmp/smollm2
 SMOL_FP8=/tmp/smollm2-fp8
 GGUF=/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf
 VARIANTS=${VARIANTS:-blockfp8,vllm-fp8-block,bf16}
+NVFP4=0  # 1 when a selected variant serves the NVFP4 checkpoint (run_serving's names and aliases)
+case ",$VARIANTS," in *nvfp4*|*,marlin-fp4,*) NVFP4=1 ;; esac
 LOADTEST_MIN=${LOADTEST_MIN:-3}
 LMEVAL_SITE=/tmp/lmeval_site
 export PYTHONPATH=$LMEVAL_SITE${PYTHONPATH:+:$PYTHONPATH}
@@ -127,12 +143,16 @@ missing() {  # missing NAME WHY: a summary row for a stage whose inputs are not 
   return 3
 }
 
-need_q3() {  # need_q3 DIR LAYERS: Qwen3-8B-shaped block-FP8 checkpoint (+ bf16 weights if <= 8 layers)
-  [ -f "$1/manifest.json" ] && return 0
-  local extra=()
-  [ "$2" -le 8 ] && extra=(--bf16-weights)
-  step "prep_$(basename "$1")" 300 "$PY" benchmarks/serving/make_qwen3_8b.py "$1" --layers "$2" \
-    "${extra[@]}"
+# need_q3 DIR LAYERS [NVFP4]: Qwen3-8B-shaped block-FP8 checkpoint (+ bf16 weights if <= 8 layers); with NVFP4=1
+# also DIR/nvfp4, written in the same pass (--nvfp4). manifest.json is written last and nvfp4/config.json after
+# nvfp4/'s shards, so a killed step leaves either missing and the next call remakes the model.
+need_q3() {
+  local dir=$1 layers=$2 nv=${3:-0} extra=()
+  [ "$layers" -le 8 ] && extra+=(--bf16-weights)
+  [ "$nv" = 1 ] && extra+=(--nvfp4)
+  [ -f "$dir/manifest.json" ] && { [ "$nv" != 1 ] || [ -f "$dir/nvfp4/config.json" ]; } && return 0
+  step "prep_$(basename "$dir")" "$(cap prep 300)" "$PY" benchmarks/serving/make_qwen3_8b.py "$dir" \
+    --layers "$layers" "${extra[@]}"
 }
 
 need_smol() {
@@ -180,7 +200,8 @@ serving() {  # serving NAME CAP MODEL_DIR run_serving-args...
   local name=$1 c=$2 dir=$3
   shift 3
   step "$name" "$c" "$PY" benchmarks/serving/run_serving.py --fp8block "$dir/fp8block" \
-    --bf16 "$dir/bf16" --out "$E2E/$name" --budget-s $(( c - 50 )) --port "${SERVE_PORT:-8011}" "$@"
+    --bf16 "$dir/bf16" --nvfp4 "$dir/nvfp4" --out "$E2E/$name" --budget-s $(( c - 50 )) \
+    --port "${SERVE_PORT:-8011}" "$@"
 }
 
 {
@@ -248,7 +269,7 @@ take_smol_chunks
 for stage in "$@"; do
   case $stage in
     prep)
-      need_q3 "$Q3" "$LAYERS"; need_q3 "$Q3S" 4; need_smol ;;
+      need_q3 "$Q3" "$LAYERS" "$NVFP4"; need_q3 "$Q3S" 4; need_smol ;;
     demo) step demo "$(cap demo 300)" "$PY" -m vllm_blockfp8 demo ;;
     serve_smoke)
       need_q3 "$Q3S" 4 && step serve_smoke "$(cap serve_smoke 300)" "$PY" /tmp/vk_tools/serve_smoke.py \
@@ -288,18 +309,18 @@ for stage in "$@"; do
           --fp8block "${M[1]}" --out "$E2E/lm_eval" --timeout-s 150
       fi ;;
     latency|throughput)
-      need_q3 "$Q3" "$LAYERS" && serving "$stage" "$(cap "$stage" 480)" "$Q3" --stages "$stage" \
+      need_q3 "$Q3" "$LAYERS" "$NVFP4" && serving "$stage" "$(cap "$stage" 480)" "$Q3" --stages "$stage" \
         --variants "$VARIANTS" ${THROUGHPUT_CASES:+--throughput-cases "$THROUGHPUT_CASES"} \
         "${QFLAG[@]}" ;;
     serve_sweep)
-      need_q3 "$Q3" "$LAYERS" && serving serve_sweep "$(cap serve_sweep 480)" "$Q3" --stages serve \
+      need_q3 "$Q3" "$LAYERS" "$NVFP4" && serving serve_sweep "$(cap serve_sweep 480)" "$Q3" --stages serve \
         --variants "$VARIANTS" ${SERVE_CONC:+--concurrency "$SERVE_CONC"} "${QFLAG[@]}" ;;
     profile)
-      need_q3 "$Q3" "$LAYERS" && serving profile "$(cap profile 480)" "$Q3" --stages profile \
+      need_q3 "$Q3" "$LAYERS" "$NVFP4" && serving profile "$(cap profile 480)" "$Q3" --stages profile \
         --variants "$VARIANTS" ${PROFILE_CASES:+--profile-cases "$PROFILE_CASES"} \
         ${PROFILE_PROMPTS:+--profile-prompts "$PROFILE_PROMPTS"} "${QFLAG[@]}" ;;
     serving_quick)
-      need_q3 "$Q3S" 4 && serving serving_quick "$(cap serving_quick 420)" "$Q3S" \
+      need_q3 "$Q3S" 4 "$NVFP4" && serving serving_quick "$(cap serving_quick 420)" "$Q3S" \
         --stages latency,throughput,serve --variants "$VARIANTS" --quick ;;
     loadtest)
       need_q3 "$Q3" "$LAYERS" && serving loadtest "$(cap loadtest $(( LOADTEST_MIN * 60 + 240 )))" \

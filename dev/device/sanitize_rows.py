@@ -12,11 +12,11 @@ W8A8 GEMM table for the process (ops.set_gemm_table: the SM89 rows run on the H2
 its ragged cases: M one short of and past each row's token tile, odd N (the element-by-element store).
 
 Covers every row of tile_table("quant"), tile_table("gemv"), tile_table("nvfp4") (the weight-only NVFP4 rows:
-GEMVs, the mma.sync and, on SM90, the wgmma W4A16 GEMMs) and, where this GPU has one, tile_table("gemm"). Shapes
-are ragged on purpose (N not a multiple of 16 or 128, K with a partial last 128-block, M not a
-multiple of a row's token tile) so the edge guards run. A GEMV tensor-core row chooses among
-entry points inside its launcher (8- or 16-warp K split, residency-pinned), so it runs once per
-entry point. Each output is checked against the reference too, so a silent wrong answer fails.
+GEMVs, the mma.sync and, on SM90, the wgmma W4A16 GEMMs; each case in the paired packing and, where the row reads
+it (all but the wgmma rows), ModelOpt's) and, where this GPU has one, tile_table("gemm"). Shapes are ragged on
+purpose (N not a multiple of 16 or 128, K with a partial last 128-block, M not a multiple of a row's token tile) so
+the edge guards run. A GEMV tensor-core row chooses among entry points inside its launcher (8- or 16-warp K split,
+residency-pinned), so it runs once per entry point. Each output is checked against the reference too, so a silent wrong answer fails.
 Prints one line per row; exits non-zero if any call failed.
 """
 
@@ -73,13 +73,23 @@ def _sm89_gemm_cases(row: dict):
 
 
 def _nvfp4_cases(row: dict):
-    # M at the row's bound (or past a 64/128/256-token tile), N ragged against 16, 64 and 128, K of 2 and 56
+    # M at the row's bound (or past a 64/128/256-token tile), N ragged against 16, 64 and 128 (4360: > 2 16-row
+    # tiles per SM on 132 SMs, so the wide-layer GEMV rows take it), K of 2 and 56
     # 128-blocks; the second case leaves the K-splitting rows few tiles (their partials and the reduce run).
+    # Each in the paired packing (what the layer stores) and, where the row reads it, ModelOpt's: the two
+    # packings take different decode code.
     m = row["max_m"] if row["max_m"] is not None else 300
-    return [(m, 1000, 256), (m, 520, 7168), (min(m, 77), 4104, 1024)]
+    packings = (True,) if row["name"].startswith(ops.NVFP4_PAIRED_ONLY_ROW_PREFIX) else (True, False)
+    return [(*shape, paired) for shape in ((m, 1000, 256), (m, 520, 7168), (min(m, 77), 4360, 1024))
+            for paired in packings]
 
 
-def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
+def _label(case: tuple) -> str:
+    label = "x".join(map(str, case[:3]))
+    return label if len(case) == 3 else label + ("/paired" if case[3] else "/modelopt")
+
+
+def _run(family: str, row: dict, m: int, n: int, k: int, paired: bool = True) -> str:
     g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 13 + k)
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     if family == "quant":  # bit-exact, not close: compare every byte
@@ -95,15 +105,16 @@ def _run(family: str, row: dict, m: int, n: int, k: int) -> str:
         return "ok"
     if family == "nvfp4":
         packed, scale, gs = reference.quantize_nvfp4(torch.randn(n, k, device="cuda", generator=g))
+        b = ops.pair_nvfp4_weight(packed) if paired else packed
         try:
-            out = ops.nvfp4_linear(x, packed, scale, gs.reshape(1), None, row=row["name"])
+            out = ops.nvfp4_linear(x, b, scale, gs.reshape(1), None, row=row["name"], b_paired=paired)
             torch.cuda.synchronize()
         except (RuntimeError, ValueError) as exc:
             if "cannot run" in str(exc):
                 return "skip"
             raise
         ref = reference.nvfp4_linear_ref(x, packed, scale, gs.reshape(1), None)
-        reference.assert_close_to_ref(out, ref, f"nvfp4 {row['name']} M={m} N={n} K={k}")
+        reference.assert_close_to_ref(out, ref, f"nvfp4 {row['name']} M={m} N={n} K={k} paired={paired}")
         return "ok"
     b, bs = reference.quantize_block_fp8(torch.randn(n, k, device="cuda", generator=g))
     try:
@@ -161,8 +172,8 @@ def main(argv: list[str]) -> int:
                 cases = [cases[case]] if case < len(cases) else []
             ran, skipped = [], []
             try:
-                for m, n, k in cases:
-                    (ran if _run(family, row, m, n, k) == "ok" else skipped).append(f"{m}x{n}x{k}")
+                for one in cases:
+                    (ran if _run(family, row, *one) == "ok" else skipped).append(_label(one))
                 status = "ok" if ran else "NOT RUN"
                 failed += not ran
             except Exception as exc:  # keep going: one line per row, every row reported

@@ -36,6 +36,9 @@ ALLOWED_SKIPS = (
     r"CPU only|tables are not empty|GPU machines check the compiled kernel",  # CPU-side tests on a GPU machine
     r"window at N >= 8192",               # an SM-count-dependent shape
     r"not in this checkout",
+    # Peers, not our kernels: the offline vLLM bundle carries no DeepGEMM, and FlashInfer (.fi) travels in a call of
+    # its own (with the bundle it passes the 64 MiB carry). The benchmarks say which peers ran.
+    r"is_deep_gemm_supported\(\) is False|flashinfer not importable",
 )
 
 PLUGIN = '''

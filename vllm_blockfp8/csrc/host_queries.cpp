@@ -45,9 +45,11 @@ quant::TokenGroupProblem quant_shape(int64_t m, int64_t k) {
   return p;
 }
 
-// The NVFP4 problem the host ops are asked about: contiguous aligned operands, per-row global scale.
+// The NVFP4 problem the host ops are asked about: contiguous aligned operands, per-row global scale, the weight in
+// the paired packing (what the vLLM layer stores).
 fp4::Problem fp4_shape(const linear::Shape& s, const DeviceFacts& dev) {
   fp4::Problem p{};
+  p.paired = true;
   p.m = s.m, p.n = s.n, p.k = s.k, p.x_stride = s.k, p.out_stride = s.n, p.sm_count = s.sm_count;
   p.max_smem = dev.max_smem;
   p.cc = dev.cc;

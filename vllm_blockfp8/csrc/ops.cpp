@@ -432,10 +432,11 @@ Tensor op_linear(Tensor x, Tensor b, Tensor b_scale, std::optional<Tensor> bias,
 
 // NVFP4 linear: native W4A4 (quantize x + the SM120 GEMM) where fp4::native::path_rejects allows it and the layer
 // gave the swizzled weight scales, input_scale and alpha; otherwise weight-only (csrc/fp4): the row by M, the K
-// split's workspace when the row needs one. A forced row is always a weight-only row.
+// split's workspace when the row needs one. A forced row is always a weight-only row. b_paired: b is in the paired
+// packing (fp4.h), which the native GEMM cannot read.
 Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, std::optional<Tensor> bias,
                        int64_t row, std::optional<Tensor> b_scale_swizzled, std::optional<Tensor> input_scale,
-                       std::optional<Tensor> alpha) {
+                       std::optional<Tensor> alpha, bool b_paired) {
   STD_TORCH_CHECK(is_16bit(x.scalar_type()) && x.dim() == 2 && x.stride(1) == 1,
                   "blockfp8: x must be bf16/fp16 [M, K] with contiguous K");
   const int64_t m = x.size(0), k = x.size(1), n = b.size(0);
@@ -452,6 +453,8 @@ Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, 
                     "blockfp8: bias must be contiguous [N] in x's dtype");
   torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   const DeviceFacts dev = device_facts(x.get_device_index());
+  STD_TORCH_CHECK(!(b_paired && b_scale_swizzled.has_value()),
+                  "blockfp8: the native NVFP4 operands need b in ModelOpt's packing, not the paired one");
   if (row < 0 && b_scale_swizzled.has_value() && input_scale.has_value() && alpha.has_value() &&
       fp4::native::path_rejects(dev.cc, m, n, k) == nullptr) {
     fp4::native::GemmProblem shape;
@@ -476,6 +479,7 @@ Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, 
   p.out = out.data_ptr();
   p.m = m, p.n = n, p.k = k, p.x_stride = x.stride(0), p.out_stride = n;
   p.bf16 = x.scalar_type() == ScalarType::BFloat16;
+  p.paired = b_paired;
   p.sm_count = dev.sm_count;
   p.max_smem = dev.max_smem;
   p.cc = dev.cc;

@@ -203,7 +203,10 @@ class Nvfp4LinearMethod(LinearMethodBase):
     weight_scale_2 fp32 per fused shard (kept per output row, so shards with different global
     scales stay exact), input_scale per shard. Weight-only (W4A16) everywhere; on SM120 the layer
     also keeps a swizzled copy of weight_scale (+1/16 byte per parameter: the plain one stays for
-    the decode GEMV) and alpha = input_scale * weight_scale_2, and M > 16 runs W4A4 natively."""
+    the decode GEMV) and alpha = input_scale * weight_scale_2, and M > 16 runs W4A4 natively. Layers
+    that stay weight-only repack the weight once at load into the paired packing (ops.pair_nvfp4_weight):
+    the decode kernels read a bit order that decodes each pair of values with one shift and one mask
+    (native layers keep the checkpoint packing, which CUTLASS's GEMM reads)."""
 
     def __init__(self, quant_config) -> None:
         self.quant_config = quant_config
@@ -245,7 +248,10 @@ class Nvfp4LinearMethod(LinearMethodBase):
         layer.weight_scale = Parameter(layer.weight_scale.data.contiguous(), requires_grad=False)
         why = _nvfp4_native_reason(layer, shard_scales)
         layer.blockfp8_nvfp4_native = why is None
-        if why is None:
+        layer.blockfp8_nvfp4_paired = why is not None
+        if why is not None:
+            layer.weight = Parameter(ops.pair_nvfp4_weight(layer.weight.data), requires_grad=False)
+        else:
             # Fused shards see the same input, so their input_scales agree; the largest never clips.
             native = ops.nvfp4_native_operands(layer.weight_scale.data, layer.input_scale.data.max().reshape(1),
                                                shard_scales[:1])
@@ -261,4 +267,5 @@ class Nvfp4LinearMethod(LinearMethodBase):
         if layer.blockfp8_nvfp4_native:
             native = {"b_scale_swizzled": layer.weight_scale_swizzled, "input_scale": layer.input_scale_native,
                       "alpha": layer.alpha_native}
-        return ops.nvfp4_linear(x, layer.weight, layer.weight_scale, layer.weight_global_scale, bias, native=native)
+        return ops.nvfp4_linear(x, layer.weight, layer.weight_scale, layer.weight_global_scale, bias, native=native,
+                                b_paired=layer.blockfp8_nvfp4_paired)

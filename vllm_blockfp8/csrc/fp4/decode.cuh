@@ -9,6 +9,13 @@
 // mma operand is e2m1 * scale * 2^-7 exactly: the product has at most 2 x 4 significant bits, is
 // at least 0.5 * 2^-9 * 2^-7 = 2^-17 (f16's subnormal grid is 2^-24) and at most 6 * 448 * 2^-7
 // = 21. The kernels multiply their fp32 sums by global_scale * 2^7 (kUnbias) once per output.
+//
+// Two packings of the weight reach the kernels (fp4.h, Problem::paired). ModelOpt's (the checkpoint's; the SM120
+// native GEMM reads it) decodes through decode_word() above. The paired packing (reference.pair_nvfp4_weight,
+// made once at load) permutes each word's bits so that pair j = (element 2j, element 2j + 1) comes out of one
+// rotate and one mask as the same bf16 bits: 9 instructions per word instead of 15, and consecutive elements, so
+// the GEMV feeds x to the mma as it is loaded (no regrouping). decode_paired() / paired_pair() produce exactly
+// decode_word()'s operand bits for the same elements, so every numerical statement above holds for both.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -92,6 +99,49 @@ __device__ __forceinline__ void decode_scaled(uint32_t q, uint32_t scale_pair, u
   for (int j = 0; j < 4; ++j) a[j] = mul2<T>(a[j], scale_pair);
 }
 
+// ---- The paired packing -----------------------------------------------------------------------------------------
+// After the rotate and mask, element 2j's (mantissa, exponent, sign) sit at bits (6, 7-8, 15) and element 2j + 1's
+// at (22, 23-24, 31): the bf16 layout of e2m1 * 2^-126. f16 (e2m1 * 2^-14) wants them at (9, 10-11, 15): 2 more ops.
+constexpr uint32_t kPairedMask = 0x81C081C0u;
+
+template <typename T>
+__device__ __forceinline__ uint32_t from_bf16_bits(uint32_t p);
+template <>
+__device__ __forceinline__ uint32_t from_bf16_bits<__nv_bfloat16>(uint32_t p) {
+  return p;
+}
+template <>
+__device__ __forceinline__ uint32_t from_bf16_bits<__half>(uint32_t p) {
+  return (p & 0x80008000u) | ((p << 3) & 0x0E000E00u);
+}
+
+// P[j] = (element 2j, element 2j + 1) of paired word w, unscaled. Pairs 0-2 are rotations of the mask (a rotate
+// and an AND); no 4-way tiling of the word by rotations of one mask exists, so pair 3 takes the 8 bits left over.
+template <typename T>
+__device__ __forceinline__ void decode_paired(uint32_t w, uint32_t (&p)[4]) {
+  p[0] = from_bf16_bits<T>((w << 6) & kPairedMask);
+  p[1] = from_bf16_bits<T>((w << 2) & kPairedMask);
+  p[2] = from_bf16_bits<T>(__funnelshift_l(w, w, 28) & kPairedMask);
+  p[3] = from_bf16_bits<T>((w & 0x81808180u) | ((w >> 8) & 0x00400040u));
+}
+
+// One pair of a paired word whose index varies by lane (the wgmma A fragment: lane t needs pair t of each word),
+// as a select between two rotations: pairs 0-2 are rotl(w, r) & mask, pair 3 is (w & keep) | (rotl(w, 24) & ~keep)
+// under the mask. Built once per lane; 4 ops per pair, no divergence.
+struct PairPicker {
+  uint32_t rot_a, rot_b, keep_a;
+  __host__ __device__ explicit PairPicker(int j)
+      : rot_a(j == 3 ? 0u : j == 0 ? 6u : j == 1 ? 2u : 28u),
+        rot_b(j == 3 ? 24u : j == 0 ? 6u : j == 1 ? 2u : 28u),
+        keep_a(j == 3 ? 0x81808180u : 0xffffffffu) {}
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t paired_pair(uint32_t w, const PairPicker& pick) {
+  const uint32_t a = __funnelshift_l(w, w, pick.rot_a), b = __funnelshift_l(w, w, pick.rot_b);
+  return from_bf16_bits<T>(((a & pick.keep_a) | (b & ~pick.keep_a)) & kPairedMask);
+}
+
 // x elements e0..e7 (X = four 16-bit pairs in element order) regrouped as the mma B operand of
 // the decoded pairs: {(e0, e4), (e1, e5)} feed the step using P[0], P[1]; {(e2, e6), (e3, e7)}
 // the step using P[2], P[3].
@@ -100,6 +150,44 @@ __device__ __forceinline__ void x_pairs(const uint4& xv, uint32_t (&b)[4]) {
   b[1] = __byte_perm(xv.x, xv.z, 0x7632);
   b[2] = __byte_perm(xv.y, xv.w, 0x5410);
   b[3] = __byte_perm(xv.y, xv.w, 0x7632);
+}
+
+// The GEMV's operands of one weight word in either packing: A[j] (scaled) and the x pairs B[j] that multiply it
+// (ModelOpt: element pairs (j, j + 4), x regrouped to match; paired: (2j, 2j + 1), x as loaded).
+template <bool PAIRED, typename T>
+__device__ __forceinline__ void decode_scaled_packed(uint32_t q, uint32_t scale_pair, uint32_t (&a)[4]) {
+  if constexpr (PAIRED) {
+    decode_paired<T>(q, a);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a[j] = mul2<T>(a[j], scale_pair);
+  } else {
+    decode_scaled<T>(q, scale_pair, a);
+  }
+}
+
+template <bool PAIRED>
+__device__ __forceinline__ void x_operand(const uint4& xv, uint32_t (&b)[4]) {
+  if constexpr (PAIRED) {
+    b[0] = xv.x, b[1] = xv.y, b[2] = xv.z, b[3] = xv.w;
+  } else {
+    x_pairs(xv, b);
+  }
+}
+
+// Word q (either packing) decoded and scaled, pairs in element order: V[j] = (element 2j, element 2j + 1) *
+// scale * 2^-7. The paired packing yields that order directly; ModelOpt's pairs (j, j + 4) are regrouped.
+template <bool PAIRED, typename T>
+__device__ __forceinline__ void decode_scaled_in_order(uint32_t q, uint32_t scale_pair, uint32_t (&v)[4]) {
+  if constexpr (PAIRED) {
+    decode_scaled_packed<true, T>(q, scale_pair, v);
+  } else {
+    uint32_t p[4];
+    decode_scaled<T>(q, scale_pair, p);  // p[j] = (e_j, e_j+4)
+    v[0] = __byte_perm(p[0], p[1], 0x5410);  // (e0, e1)
+    v[1] = __byte_perm(p[2], p[3], 0x5410);  // (e2, e3)
+    v[2] = __byte_perm(p[0], p[1], 0x7632);  // (e4, e5)
+    v[3] = __byte_perm(p[2], p[3], 0x7632);  // (e6, e7)
+  }
 }
 
 }  // namespace blockfp8::fp4

@@ -4,8 +4,10 @@
 //   out[m, n] = global_scale[n] * sum_k x[m, k] * e2m1(b[n, k]) * e4m3(b_scale[n, k / 16]) (+ bias[n])
 //
 // x            bf16 or fp16 [m, k], row stride x_stride elements (K contiguous).
-// b            uint8 [n, k / 2] contiguous: two E2M1 codes per byte, element 2i in the low nibble
-//              (ModelOpt's packing), 16-byte aligned.
+// b            uint8 [n, k / 2] contiguous, 16-byte aligned: two E2M1 codes per byte, element 2i in the low
+//              nibble (ModelOpt's packing), or the paired packing (paired = true: each 32-bit word's bits
+//              permuted once at load, reference.pair_nvfp4_weight; decode.cuh). The SM90 wgmma rows read only
+//              the paired packing; every other row reads both.
 // b_scale      float8_e4m3fn [n, k / 16] contiguous, one scale per 16 values of a row, 8-byte aligned.
 // global_scale fp32 [n]: the checkpoint's weight_scale_2 per output row (fused shards keep theirs),
 //              or a single value (global_scale_stride 0).
@@ -40,6 +42,7 @@ struct Problem {
   int64_t m = 0, n = 0, k = 0;
   int64_t x_stride = 0, out_stride = 0;  // in elements
   bool bf16 = true;                      // false: fp16 (x, bias and out)
+  bool paired = false;                   // b in the paired packing (see above)
   int sm_count = 0;                      // multiprocessors (grid sizing, K splits)
   int max_smem = 0;                      // opt-in shared memory per block, bytes (rows that need more reject)
   int cc = 0;                            // compute capability, major * 10 + minor (the SM90 wgmma rows need 90)

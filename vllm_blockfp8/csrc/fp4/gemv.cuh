@@ -2,8 +2,9 @@
 //
 //   out[m, n] = global_scale[n] * sum_k x[m, k] * e2m1(b[n, k]) * b_scale[n, k / 16]
 //
-// Layouts (fp4.h): x 16-bit [m, k] (row stride x_stride), b packed e2m1 [n, k / 2], b_scale e4m3
-// [n, k / 16], global_scale fp32 [n], out x's dtype [m, n] (row stride out_stride).
+// Layouts (fp4.h): x 16-bit [m, k] (row stride x_stride), b packed e2m1 [n, k / 2] in ModelOpt's packing or
+// the paired one (PAIRED, decode.cuh), b_scale e4m3 [n, k / 16], global_scale fp32 [n], out x's dtype [m, n]
+// (row stride out_stride).
 // Arch: SM80+ instructions only (mma.sync m16n8k16, ld.global.nc); cvt.rn.f16x2.e4m3x2 is native
 // from SM89. Numerics: decode.cuh (every operand exact, fp32 accumulation, the global scale and
 // the bias applied once per output in fp32). Unsupported: k % 32 != 0; the tensor-core kernel
@@ -54,14 +55,15 @@ __device__ __forceinline__ void store_out(const Args<T>& a, int tok, int col, fl
 // Lane (g = lane / 4, t = lane % 4) of a window (128 K) reads bytes [16t, 16t + 16) of the window
 // in rows g and g + 8 of each column tile: elements 32t .. 32t + 31, i.e. scale groups 2t and
 // 2t + 1, and the 32 x elements of token g at the same K (four 16-byte loads). Word i of the
-// weight chunk feeds two mma k-steps through decode_word()'s pairs and x_pairs() regroups x to
-// match, so the K axis is permuted identically in both operands (a reduction axis: the sum is
-// unchanged). Each lane scales its own decoded pairs, so no scale crosses lanes inside an mma.
+// weight chunk feeds two mma k-steps: ModelOpt's packing decodes to pairs (j, j + 4) and x_pairs()
+// regroups x to match; the paired packing decodes to (2j, 2j + 1), x's order as loaded. Either way the
+// K axis is permuted identically in both operands (a reduction axis: the sum is unchanged). Each lane
+// scales its own decoded pairs, so no scale crosses lanes inside an mma.
 // Warp w takes windows w, w + KS, ...; the KS partial tiles are summed through shared memory in a
 // fixed order (deterministic). Columns past N re-read row N - 1 and tokens past M re-read token
 // M - 1 (in bounds, never stored).
 // ------------------------------------------------------------------------------------------
-template <int KS, int MT, int CT, int U, int MIN_BLOCKS, int ACCS, typename T>
+template <int KS, int MT, int CT, int U, int MIN_BLOCKS, int ACCS, bool PAIRED, typename T>
 __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_mma_kernel(const Args<T> a) {
   __shared__ float partial[KS][CT * MT * 4][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -121,12 +123,12 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_mma_kernel(const Arg
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           uint32_t lo[4], hi[4];
-          decode_scaled<T>(sm80::word(w[u][c][0], i), scale[0][i / 2], lo);
-          decode_scaled<T>(sm80::word(w[u][c][1], i), scale[1][i / 2], hi);
+          decode_scaled_packed<PAIRED, T>(sm80::word(w[u][c][0], i), scale[0][i / 2], lo);
+          decode_scaled_packed<PAIRED, T>(sm80::word(w[u][c][1], i), scale[1][i / 2], hi);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             uint32_t b[4];
-            x_pairs(xv[u][mt][i], b);
+            x_operand<PAIRED>(xv[u][mt][i], b);
             float* d = acc[c][mt][0];
             float* e = acc[c][mt][ACCS - 1];
             sm80::mma16816<T>(d[0], d[1], d[2], d[3], lo[0], hi[0], lo[1], hi[1], b[0], b[1]);
@@ -163,7 +165,7 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_mma_kernel(const Arg
 // chunks k = 32 l + 1024 i (two whole scale groups each), decodes them with the tensor-core
 // kernel's arithmetic and accumulates in fp32; a butterfly sums the warp.
 // ------------------------------------------------------------------------------------------
-template <int R, typename T>
+template <int R, bool PAIRED, typename T>
 __global__ void gemv_fma_kernel(const Args<T> a) {
   const int lane = threadIdx.x & 31;
   const int col = blockIdx.x * kFmaWarps + (threadIdx.x >> 5);
@@ -181,12 +183,12 @@ __global__ void gemv_fma_kernel(const Args<T> a) {
       float wf[32];  // element order
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        uint32_t p[4];
-        decode_scaled<T>(sm80::word(wv, i), scale[i / 2], p);
+        uint32_t v[4];
+        decode_scaled_in_order<PAIRED, T>(sm80::word(wv, i), scale[i / 2], v);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const float2 f = sm80::x2_to_float2<T>(p[j]);
-          wf[8 * i + j] = f.x, wf[8 * i + j + 4] = f.y;
+          const float2 f = sm80::x2_to_float2<T>(v[j]);
+          wf[8 * i + 2 * j] = f.x, wf[8 * i + 2 * j + 1] = f.y;
         }
       }
 #pragma unroll

@@ -106,13 +106,20 @@ Args<T> args(const Problem& p) {
 }
 
 
+template <int KS, int MT, int CT, int U, int MINB, int ACCS, bool PAIRED, typename T>
+void launch_gemv_mma_t(const Problem& p, cudaStream_t s) {
+  const unsigned grid = unsigned((p.n + CT * kMmaRows - 1) / (CT * kMmaRows));
+  gemv_mma_kernel<KS, MT, CT, U, MINB, ACCS, PAIRED, T><<<grid, 32 * KS, 0, s>>>(args<T>(p));
+}
+
 template <int KS, int MT, int CT, int U, int MINB, int ACCS = 1>
 cudaError_t launch_gemv_mma(const Problem& p, cudaStream_t s) {
-  const unsigned grid = unsigned((p.n + CT * kMmaRows - 1) / (CT * kMmaRows));
   if (p.bf16)
-    gemv_mma_kernel<KS, MT, CT, U, MINB, ACCS, __nv_bfloat16><<<grid, 32 * KS, 0, s>>>(args<__nv_bfloat16>(p));
+    p.paired ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __nv_bfloat16>(p, s)
+             : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __nv_bfloat16>(p, s);
   else
-    gemv_mma_kernel<KS, MT, CT, U, MINB, ACCS, __half><<<grid, 32 * KS, 0, s>>>(args<__half>(p));
+    p.paired ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __half>(p, s)
+             : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __half>(p, s);
   return cudaGetLastError();
 }
 
@@ -124,10 +131,10 @@ void launch_reduce(const Problem& p, int splits, cudaStream_t s) {
   w4a16_reduce_kernel<T><<<blocks, 256, 0, s>>>(args<T>(p), static_cast<const float*>(p.workspace), splits);
 }
 
-template <int WN, int WM, int NT, int STAGES, typename T>
+template <int WN, int WM, int NT, int STAGES, bool PAIRED, typename T>
 cudaError_t launch_w4a16_t(const Problem& p, cudaStream_t s) {
   using Tile = W4a16Tile<WN, WM, NT, STAGES>;
-  auto* kernel = &w4a16_kernel<WN, WM, NT, STAGES, T>;
+  auto* kernel = &w4a16_kernel<WN, WM, NT, STAGES, PAIRED, T>;
   // On every launch, not once per process: the attribute is per device (multi-GPU processes).
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
   if (attr != cudaSuccess) return attr;
@@ -146,17 +153,24 @@ cudaError_t launch_gemv_fma(const Problem& p, cudaStream_t s) {
   // grid.y strides over M inside the kernel, so capping it at the hardware limit is enough.
   const dim3 grid(unsigned((p.n + kFmaWarps - 1) / kFmaWarps),
                   unsigned(std::min<int64_t>((p.m + kFmaTokens - 1) / kFmaTokens, 65535)));
-  if (p.bf16)
-    gemv_fma_kernel<kFmaTokens, __nv_bfloat16><<<grid, 32 * kFmaWarps, 0, s>>>(args<__nv_bfloat16>(p));
+  if (p.bf16 && p.paired)
+    gemv_fma_kernel<kFmaTokens, true, __nv_bfloat16><<<grid, 32 * kFmaWarps, 0, s>>>(args<__nv_bfloat16>(p));
+  else if (p.bf16)
+    gemv_fma_kernel<kFmaTokens, false, __nv_bfloat16><<<grid, 32 * kFmaWarps, 0, s>>>(args<__nv_bfloat16>(p));
+  else if (p.paired)
+    gemv_fma_kernel<kFmaTokens, true, __half><<<grid, 32 * kFmaWarps, 0, s>>>(args<__half>(p));
   else
-    gemv_fma_kernel<kFmaTokens, __half><<<grid, 32 * kFmaWarps, 0, s>>>(args<__half>(p));
+    gemv_fma_kernel<kFmaTokens, false, __half><<<grid, 32 * kFmaWarps, 0, s>>>(args<__half>(p));
   return cudaGetLastError();
 }
 
 template <int WN, int WM, int NT, int STAGES>
 cudaError_t launch_w4a16(const Problem& p, cudaStream_t s) {
-  return p.bf16 ? launch_w4a16_t<WN, WM, NT, STAGES, __nv_bfloat16>(p, s)
-                : launch_w4a16_t<WN, WM, NT, STAGES, __half>(p, s);
+  if (p.bf16)
+    return p.paired ? launch_w4a16_t<WN, WM, NT, STAGES, true, __nv_bfloat16>(p, s)
+                    : launch_w4a16_t<WN, WM, NT, STAGES, false, __nv_bfloat16>(p, s);
+  return p.paired ? launch_w4a16_t<WN, WM, NT, STAGES, true, __half>(p, s)
+                  : launch_w4a16_t<WN, WM, NT, STAGES, false, __half>(p, s);
 }
 
 #ifdef BLOCKFP8_HAS_SM90_GEMM

@@ -2,7 +2,7 @@
 //
 //   out[m, n] = global_scale[n] * sum_k x[m, k] * e2m1(b[n, k]) * b_scale[n, k / 16]
 //
-// Layouts as fp4.h. A block computes 32 * WN weight rows x 8 * NT * WM tokens over its share of K
+// Layouts as fp4.h (the weight in either packing: PAIRED, decode.cuh). A block computes 32 * WN weight rows x 8 * NT * WM tokens over its share of K
 // (gridDim.z splits K; split s writes fp32 partials that w4a16_reduce_kernel sums). K runs in
 // 128-wide stages through a STAGES-deep cp.async ring: x [tokens][128] (16-bit), the packed weight
 // [rows][64 bytes] and its scales [rows][8 bytes]. Each stage's weight is decoded ONCE by the whole
@@ -48,7 +48,7 @@ __device__ __forceinline__ int tile_offset(int r, int c) { return r * kTileRowBy
 // Shared memory per block on SM89 and SM120 (99 KB): bigger tiles are SM90 rows.
 constexpr int kSmallGpuSmemBytes = 99 * 1024;
 
-template <int WN, int WM, int NT, int STAGES, typename T>
+template <int WN, int WM, int NT, int STAGES, bool PAIRED, typename T>
 __device__ __forceinline__ void w4a16_body(const Args<T>& a, float* partials) {
   using Tile = W4a16Tile<WN, WM, NT, STAGES>;
   static_assert(NT % 2 == 0, "x fragments load two 8-token tiles per ldmatrix.x4");
@@ -106,14 +106,9 @@ __device__ __forceinline__ void w4a16_body(const Args<T>& a, float* partials) {
       scale_pairs<T>(scale_tile(s)[r * kScaleRowBytes + grp], scale, unused);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        uint32_t p[4];
-        decode_scaled<T>(h ? q.y : q.x, scale, p);  // p[j] = (e_j, e_j+4)
-        uint4 v;
-        v.x = __byte_perm(p[0], p[1], 0x5410);  // (e0, e1)
-        v.y = __byte_perm(p[2], p[3], 0x5410);  // (e2, e3)
-        v.z = __byte_perm(p[0], p[1], 0x7632);  // (e4, e5)
-        v.w = __byte_perm(p[2], p[3], 0x7632);  // (e6, e7)
-        *reinterpret_cast<uint4*>(wtile + tile_offset(r, 2 * grp + h)) = v;
+        uint32_t v[4];
+        decode_scaled_in_order<PAIRED, T>(h ? q.y : q.x, scale, v);
+        *reinterpret_cast<uint4*>(wtile + tile_offset(r, 2 * grp + h)) = make_uint4(v[0], v[1], v[2], v[3]);
       }
     }
     __syncthreads();  // the decoded tile is complete
@@ -161,14 +156,14 @@ __device__ __forceinline__ void w4a16_body(const Args<T>& a, float* partials) {
       }
 }
 
-template <int WN, int WM, int NT, int STAGES, typename T>
+template <int WN, int WM, int NT, int STAGES, bool PAIRED, typename T>
 __global__ void __launch_bounds__(32 * WN * WM) w4a16_kernel(const Args<T> a, float* partials) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
   // Never launched off SM90 (w4a16_rejects: too little shared memory), so no body there.
   if constexpr (W4a16Tile<WN, WM, NT, STAGES>::kSmemBytes > kSmallGpuSmemBytes) return;
   else
 #endif
-    w4a16_body<WN, WM, NT, STAGES, T>(a, partials);
+    w4a16_body<WN, WM, NT, STAGES, PAIRED, T>(a, partials);
 }
 
 // Sums the K splits' fp32 partials in split order (deterministic) and applies the epilogue.

@@ -24,6 +24,7 @@ Args<T> make_args(const Problem& p) {
 template <int TOK>
 const char* rejects_t(const Problem& p) {
   if (p.cc != 90) return "wgmma needs compute capability 9.0 (the unit is built for sm_90a only)";
+  if (!p.paired) return "the wgmma rows read the paired packing only (ops.pair_nvfp4_weight; the vLLM layer stores it)";
   if (p.k % kStageK != 0) return "K must be a multiple of 64 (64-wide pipeline stages)";
   if (WgmmaTile<TOK>::kSmemBytes > p.max_smem)
     return "the tile's pipeline needs more shared memory per block than this GPU has";
@@ -32,13 +33,23 @@ const char* rejects_t(const Problem& p) {
   return rows_16byte_aligned(p.x, p.m, p.x_stride) ? nullptr : kRowsNot16ByteAligned;
 }
 
-// About two CTAs per SM where the output tiles alone leave SMs idle, each split at least 8 stages, at most 16.
+// Where the output tiles leave CTA slots (the tile's CTAs per SM x SMs) idle, split K: the split count s that
+// minimizes waves(s) x (stages / s + ring fill), waves(s) = ceil(tiles s / slots), the smaller on a tie (less fp32
+// partial traffic); each split at least 8 stages, at most 16 splits. Counting slots rather than SMs matters for
+// the 1-CTA-per-SM 128x256 tile: "about two CTAs per SM" launched 6 splits (288 CTAs, 3 waves) for qkv at M = 256.
 template <int TOK>
 int splits_t(const Problem& p) {
   const int64_t tiles = ((p.m + TOK - 1) / TOK) * ((p.n + kRows - 1) / kRows);
-  if (tiles == 0 || tiles >= p.sm_count) return 1;
-  const int64_t want = (2 * int64_t(p.sm_count) + tiles - 1) / tiles;
-  return int(std::max<int64_t>(1, std::min<int64_t>({want, p.k / kStageK / kMinStagesPerSplit, kMaxSplits})));
+  const int64_t slots = int64_t(WgmmaTile<TOK>::kMinBlocks) * p.sm_count;
+  if (tiles == 0 || tiles >= slots) return 1;
+  const int64_t stages = p.k / kStageK, fill = WgmmaTile<TOK>::kStages;
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(stages / kMinStagesPerSplit, kMaxSplits));
+  int64_t best = 1, best_waves = 1, best_len = stages + fill;  // cost = waves x the length of one split
+  for (int64_t s = 2; s <= most; ++s) {
+    const int64_t waves = (tiles * s + slots - 1) / slots, len = (stages + s - 1) / s + fill;
+    if (waves * len < best_waves * best_len) best = s, best_waves = waves, best_len = len;
+  }
+  return int(best);
 }
 
 template <int TOK, typename T>

@@ -2,25 +2,26 @@
 //
 //   out[m, n] = global_scale[n] * sum_k x[m, k] * e2m1(b[n, k]) * e4m3(b_scale[n, k / 16]) (+ bias[n])
 //
-// Layouts as fp4.h (x 16-bit [m, k] row stride x_stride; b packed [n, k / 2], element 2i in byte i's low nibble;
-// b_scale e4m3 [n, k / 16]). Swap-AB: the wgmma M extent is weight rows (64 per warpgroup), its N extent tokens.
+// Layouts as fp4.h (x 16-bit [m, k] row stride x_stride; b packed [n, k / 2] in the paired packing only:
+// decode.cuh, reference.pair_nvfp4_weight; b_scale e4m3 [n, k / 16]). Swap-AB: the wgmma M extent is weight rows (64 per warpgroup), its N extent tokens.
 // A CTA of two warpgroups (256 threads) computes 128 weight rows x TOK tokens (TOK = 64, 128, 256) over its share
 // of K (gridDim.z splits K; split z writes fp32 partials that sm80.cu's w4a16_reduce_kernel sums).
 // K runs in 64-wide stages through a cp.async ring (every thread copies; zero-fill past M and N):
 //   x      [TOK][64] 16-bit, one 128-byte row per token, 16-byte chunk c of row r at chunk c ^ (r % 8): the
 //          K-major 128-byte-swizzle layout the wgmma B descriptor reads (wgmma.cuh);
 //   weight [128][32 bytes] packed codes, scales [128][4 bytes] (one e4m3 per k16 step of a row).
-// Per k16 step each warp builds its A fragment (wgmma.cuh) from shared memory: lane (g, t) reads the step's 8
-// packed bytes of rows g and g + 8 of its 16 and keeps byte t (elements 2t, 2t + 1) and byte t + 4 (2t + 8, 2t + 9)
-// of each; decode.cuh's decode_word turns them into 16-bit pairs and one HMUL2 by the row's scale makes each operand
-// e2m1 * e4m3 * 2^-7, exact (decode.cuh). A k16 step is exactly one scale group, so each pair needs one scale.
+// Per k16 step each warp builds its A fragment (wgmma.cuh) from shared memory: lane (g, t) reads the step's two
+// paired words of rows g and g + 8 of its 16 (elements 0-7 and 8-15) and takes pair t of each (elements 2t, 2t + 1
+// and 2t + 8, 2t + 9: decode.cuh's paired_pair, a rotate-select-mask whose rotations the lane fixes once), and one
+// HMUL2 by the row's scale makes each operand e2m1 * e4m3 * 2^-7, exact (decode.cuh). A k16 step is exactly one
+// scale group, so each pair needs one scale.
 // One wgmma per step and warpgroup, at most one in flight (wait_group 1): the next step's decode overlaps it.
 // Shared-memory reuse: iteration i loads stage i + STAGES - 2 into the slot of stage i - 2, whose wgmma every
 // warpgroup has retired (wait_group 1 after stage i - 1's first step) before the barrier that precedes the load.
 // Epilogue: fp32 accumulators * global_scale * 2^7 (kUnbias) + bias in fp32, one rounding, masked stores; or the
 // fp32 partials of a split. Numerics: decode.cuh (exact operands, fp32 accumulation).
-// Unsupported: k % 64 != 0, x rows not 16-byte aligned, b_scale not 4-byte aligned, N > 65535 * 128, any GPU
-// but SM90 (compute capability 9.0).
+// Unsupported: ModelOpt's packing (pair it at load), k % 64 != 0, x rows not 16-byte aligned, b_scale not 4-byte
+// aligned, N > 65535 * 128, any GPU but SM90 (compute capability 9.0).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -73,18 +74,6 @@ __host__ __device__ inline uint32_t perm(uint32_t lo, uint32_t hi, uint32_t sel)
   for (int i = 0; i < 4; ++i) r |= uint32_t((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xffu) << (8 * i);
   return r;
 #endif
-}
-
-// The codes of lane t's A fragment for one k16 step, as a word whose decode_word() pairs are the fragment:
-// P[j] = (nibble j, nibble j + 4) = a[j]. q0 = (q0x, q0y): the step's 8 packed bytes of row g (elements 0-7, 8-15),
-// q1 of row g + 8. Lane t's codes are byte t of each word (elements 2t, 2t + 1 or 2t + 8, 2t + 9; low nibble first).
-__host__ __device__ inline uint32_t fragment_codes(uint32_t q0x, uint32_t q0y, uint32_t q1x, uint32_t q1y, int t) {
-  const uint32_t sel = uint32_t(t) | (uint32_t(t + 4) << 4);
-  // u = [a[0], a[2], a[1], a[3]] bytes: (g, 2t), (g, 2t + 8), (g + 8, 2t), (g + 8, 2t + 8).
-  const uint32_t u = perm(perm(q0x, q0y, sel), perm(q1x, q1y, sel), 0x5410);
-  const uint32_t lo = u & 0x0f0f0f0fu, hi = (u >> 4) & 0x0f0f0f0fu;  // each byte's lower / upper element
-  // Nibbles 0-3: lower elements of bytes 0, 2, 1, 3; nibbles 4-7: their upper elements.
-  return perm(lo, hi, 0x5410) | (perm(lo, hi, 0x7632) << 4);
 }
 
 // The D fragment's coordinates (wgmma.cuh): d[j] of lane (g, t) in warp `warp` (0-7 of the CTA) is tile row
@@ -151,6 +140,7 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
   for (int s = 0; s < kAhead; ++s) load_stage(s, kt0 + s);
 
   const int r0 = 16 * warp + g;  // this lane's fragment rows r0 and r0 + 8 of the tile (warpgroup warp / 4)
+  const PairPicker pick(t);      // elements 2t, 2t + 1 of each paired word
   for (int kt = kt0; kt < kt1; ++kt) {
     const int i = kt - kt0, slot = i % kStages;
     sm80::cp_async_wait<kAhead - 1>();  // this thread's copies of stage i landed
@@ -168,14 +158,14 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
     for (int kk = 0; kk < kSteps; ++kk) {
       const uint2 q0 = *reinterpret_cast<const uint2*>(w0 + 8 * kk);
       const uint2 q1 = *reinterpret_cast<const uint2*>(w1 + 8 * kk);
-      uint32_t f[4];
-      decode_word<T>(fragment_codes(q0.x, q0.y, q1.x, q1.y, t), f);
       uint32_t s0, s1;  // step kk's scales of rows r0 and r0 + 8, as pairs
       scale_pairs<T>(perm(sc0, sc1, uint32_t(kk) | (uint32_t(kk + 4) << 4)), s0, s1);
-      f[0] = mul2<T>(f[0], s0);
-      f[1] = mul2<T>(f[1], s1);
-      f[2] = mul2<T>(f[2], s0);
-      f[3] = mul2<T>(f[3], s1);
+      // The A fragment: (row r0, k 2t..2t+1), (r0 + 8, 2t..), (r0, 2t+8..), (r0 + 8, 2t+8..) (wgmma.cuh).
+      uint32_t f[4];
+      f[0] = mul2<T>(paired_pair<T>(q0.x, pick), s0);
+      f[1] = mul2<T>(paired_pair<T>(q1.x, pick), s1);
+      f[2] = mul2<T>(paired_pair<T>(q0.y, pick), s0);
+      f[3] = mul2<T>(paired_pair<T>(q1.y, pick), s1);
       wgmma_fence();  // f was written by this thread
       Wgmma<TOK, T>::mma(acc, f, sw128_kmajor_desc(xs + 32 * kk));
       wgmma_commit();
