@@ -457,3 +457,124 @@ def test_full_script_parses_and_its_paths_exist():
     assert "dev/device/suite.py" in text and "dev/device/sanitize_rows.py" in text and ". dev/device/lib.sh" in text
     for test_file in ("tests/test_vllm_gpu.py",):
         assert test_file in text and (ROOT / test_file).exists()
+
+
+def test_full_script_runs_its_parts_side_by_side_and_passes_only_when_all_pass(tmp_path):
+    """h200_full.sh after the build: kernels, vllm and memcheck at the same time (each fake part takes 3 s; run one
+    after another they would take 9), a summary row each, and the verdict last; one failing part fails the call."""
+    tree = tmp_path / "tree"
+    (tree / "dev" / "device").mkdir(parents=True)
+    (tree / "tests").mkdir()
+    (tree / "vllm_blockfp8" / "csrc").mkdir(parents=True)
+    (tree / "setup.py").write_text("")
+    (tree / "vllm_blockfp8" / "csrc" / "ops.cpp").write_text("")
+    for name in ("test_a.py", "test_b.py", "test_vllm_gpu.py"):
+        (tree / "tests" / name).write_text("")
+    shutil.copy(FULL, tree / "dev" / "device" / "h200_full.sh")
+    shutil.copy(LIB, tree / "dev" / "device" / "lib.sh")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text('#!/bin/bash\necho "fake GPU"\n')
+    (bin_dir / "compute-sanitizer").write_text('#!/bin/bash\nsleep 3; echo "========= ERROR SUMMARY: 0 errors"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    bundle = tmp_path / "env.sh"
+    bundle.write_text("")
+
+    def run(suite_rc: int):
+        fake = tmp_path / "fakepy.sh"
+        fake.write_text('#!/bin/bash\ncase "$*" in *suite.py*) sleep 3; echo "suite: 1 passed, 0 failed, 0 crashed"; '
+                        f'exit {suite_rc} ;; esac\necho "vllm 0.0"\n')
+        fake.chmod(0o755)
+        out = tmp_path / f"out{suite_rc}"
+        out.mkdir()
+        env = dict(os.environ, OUT=str(out), PYTHON=str(fake), VK_ENV=str(bundle),
+                   PATH=f"{bin_dir}:{os.environ['PATH']}", BUDGET_S="120")
+        t0 = time.time()
+        proc = subprocess.run(["bash", str(tree / "dev" / "device" / "h200_full.sh")], env=env, capture_output=True,
+                              text=True, timeout=120)
+        with tarfile.open(out / "full.tgz") as t:
+            summary = t.extractfile("full/summary.txt").read().decode()
+        return proc, summary, time.time() - t0
+
+    proc, summary, seconds = run(0)
+    rows = {line.split()[0]: line for line in summary.splitlines()}
+    assert all("rc=0" in rows[part] for part in ("kernels", "vllm_tests", "memcheck")), summary
+    assert seconds < 8, f"the parts ran one after another ({seconds:.1f} s)"
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("full suite: every part passed"), proc.stdout
+    proc, summary, _ = run(1)
+    assert proc.returncode == 1 and "full suite: FAILED or incomplete" in proc.stdout, proc.stdout
+
+
+# ---- dev/device/switches.py --------------------------------------------------------------------------------------
+
+_SWITCHES_SPEC = importlib.util.spec_from_file_location("switches", ROOT / "dev" / "device" / "switches.py")
+switches = importlib.util.module_from_spec(_SWITCHES_SPEC)
+_SWITCHES_SPEC.loader.exec_module(switches)
+
+# A stand-in for the demo: what a healthy engine prints under each case's environment.
+_FAKE_DEMO = r'''
+import os, sys
+env = os.environ.get
+fmt = sys.argv[sys.argv.index("--format") + 1]
+force, table, corrupt = env("BLOCKFP8_FORCE", ""), env("BLOCKFP8_GEMM_TABLE", "auto"), env("BLOCKFP8_SELF_CHECK_CORRUPT")
+if force == "linear:no_such_row":
+    print("ValueError: BLOCKFP8_FORCE: no linear row 'no_such_row' on this GPU; valid linear rows: gemv, w8a8_gemm, "
+          "dequant_matmul", file=sys.stderr)
+    sys.exit(1)
+tokens = "5, 6, 7" if table == "none" or corrupt else "5, 6, 8"
+print(f"prompt [1] -> generated [{tokens}]")
+if env("BLOCKFP8_LOG_ROWS") != "0":
+    if fmt == "nvfp4":
+        print("[blockfp8] nvfp4 N=64 K=64 M=8 -> fp4_gemv_mma_t8", file=sys.stderr)
+        print("[blockfp8] nvfp4 N=64 K=64 M=512 -> fp4_wgmma_128x256", file=sys.stderr)
+    elif force == "linear:dequant_matmul":
+        print("[blockfp8] linear N=64 K=64 M=512 -> dequant_matmul", file=sys.stderr)
+    else:
+        print("[blockfp8] linear N=64 K=64 M=512 -> w8a8_gemm", file=sys.stderr)
+        if corrupt:
+            print(f"[blockfp8] WARNING: W8A8 GEMM row {corrupt} failed its first-use self-check against the "
+                  "reference: corrupt. The row is disabled for this process (safe path).", file=sys.stderr)
+        elif table != "none":
+            print(f"[blockfp8] gemm N=64 K=64 M=512 -> {'sm89' if table == 'sm89' else 'sm90'}_128x128", file=sys.stderr)
+'''
+
+
+def _fake_demo_cmd(tmp_path, body=_FAKE_DEMO):
+    script = tmp_path / "fake_demo.py"
+    script.write_text(body)
+    return lambda fmt: [sys.executable, str(script), "--format", fmt]
+
+
+def test_switches_pass_on_a_healthy_engine_and_run_the_corrupt_case_last(tmp_path):
+    results = switches.run_all(list(switches.CASES), 1, 60, _fake_demo_cmd(tmp_path))
+    assert [r["case"] for r in results][-1] == "corrupt_row"
+    assert all(r["ok"] for r in results), [(r["case"], r["why"]) for r in results if not r["ok"]]
+
+
+@pytest.mark.parametrize("case,breakage,why", [
+    ("gemm_sm90", ("-> {'sm89' if table == 'sm89' else 'sm90'}_128x128", "-> other_128x128"), "no sm90_ GEMM row"),
+    ("gemm_none", ("elif table != \"none\":", "else:"), "a W8A8 GEMM row ran"),
+    ("force_linear", ("-> dequant_matmul\"", "-> gemv\""), "rows other than the forced one"),
+    ("force_unknown", ("sys.exit(1)", "sys.exit(0)"), "started with an unknown forced row"),
+    ("log_rows_off", ("!= \"0\"", "!= \"never\""), "row lines logged"),
+    ("nvfp4_w4a16", ("-> fp4_wgmma_128x256", "-> fp4_gemv_mma_t16"), "no weight-only fp4_ GEMM row at prefill"),
+    ("corrupt_row", ("\"5, 6, 7\" if table == \"none\" or corrupt", "\"5, 6, 7\" if table == \"none\""),
+     "tokens differ"),
+])
+def test_switches_catch_each_broken_promise(tmp_path, case, breakage, why):
+    body = _FAKE_DEMO.replace(*breakage)
+    assert body != _FAKE_DEMO
+    names = ["gemm_sm90", "gemm_none", case] if case == "corrupt_row" else [case]
+    results = {r["case"]: r for r in switches.run_all(names, 1, 60, _fake_demo_cmd(tmp_path, body))}
+    assert not results[case]["ok"] and why in results[case]["why"], results[case]
+
+
+def test_switches_cli_rejects_unknown_cases_and_adds_what_corrupt_row_needs(capsys, monkeypatch):
+    with pytest.raises(SystemExit):
+        switches.main(["--cases", "nope"])
+    assert "unknown cases ['nope']" in capsys.readouterr().err
+    asked = []
+    monkeypatch.setattr(switches, "run_all", lambda names, jobs, timeout: asked.extend(names) or [])
+    assert switches.main(["--cases", "force_linear,corrupt_row"]) == 0
+    assert asked == ["gemm_sm90", "gemm_none", "force_linear", "corrupt_row"]

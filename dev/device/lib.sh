@@ -7,6 +7,7 @@
 #   note NAME TEXT          a summary row for something that is not a timed step
 #   step NAME CAP CMD...    CMD under min(CAP, what the call has left), log in $LOGS/NAME.log; BENCH_TIME_BUDGET_S
 #                           is set 30 s inside the cap (the benchmarks start no new point past it)
+#   step_start NAME CAP CMD..., step_wait NAME   the same in two halves, so steps can run at the same time
 #   pack                    summary.txt, then $OUT/$RUN_NAME.tgz (the logs folder removed)
 #   install_wheels          the carried .whl/*.whl into /tmp/site, put on PYTHONPATH
 #   use_vllm_bundle WHY     source the offline vLLM bundle's environment (VK_ENV, default /tmp/vk_tools/env.sh),
@@ -29,29 +30,46 @@ pack() {
   printf '%s\n' "${SUMMARY[@]}" > "$LOGS/summary.txt"
   tar czf "$OUT/$RUN_NAME.tgz" -C "$OUT" "$RUN_NAME" && rm -rf "$LOGS"
 }
-trap 'SUMMARY+=("interrupted (TERM/INT)"); pack; printf "%s\n" "${SUMMARY[@]}"; exit 143' TERM INT
+BG_PIDS=()  # step_start's subshells, killed (with their timeouts) on TERM
+trap 'SUMMARY+=("interrupted (TERM/INT)"); [ ${#BG_PIDS[@]} -gt 0 ] && pkill -TERM -P "$(IFS=,; echo "${BG_PIDS[*]}")"
+      pack; printf "%s\n" "${SUMMARY[@]}"; exit 143' TERM INT
 
 note() {  # note NAME TEXT
   SUMMARY+=("$(printf '%-10s %s' "$1" "$2")")
 }
 
-step() {  # step NAME CAP CMD...
+step_start() {  # step_start NAME CAP CMD...: step's CMD in the background; step_wait NAME collects it
   local name=$1 cap=$2; shift 2
-  local t0 left rc
-  t0=$(date +%s)
-  left=$(( T_START + BUDGET_S - 20 - t0 ))
+  local left
+  left=$(( T_START + BUDGET_S - 20 - $(date +%s) ))
   if [ "$left" -lt 15 ]; then
-    note "$name" "SKIPPED: the call's budget is spent"; FAILED=1; return 1
+    note "$name" "SKIPPED: the call's budget is spent"; FAILED=1; echo skipped > "$LOGS/$name.rc"; return 1
   fi
   [ "$left" -lt "$cap" ] && cap=$left
-  export BENCH_TIME_BUDGET_S=$(( cap > 60 ? cap - 30 : cap ))
   echo "== $name (cap ${cap}s): $*"
-  timeout -k 10 "$cap" "$@" > "$LOGS/$name.log" 2>&1
-  rc=$?
+  date +%s > "$LOGS/$name.t0"
+  # The rc file is written when CMD ends; a TERM of the script kills the subshell's timeout with it (trap above).
+  ( BENCH_TIME_BUDGET_S=$(( cap > 60 ? cap - 30 : cap )) timeout -k 10 "$cap" "$@" > "$LOGS/$name.log" 2>&1
+    echo $? > "$LOGS/$name.rc" ) &
+  BG_PIDS+=("$!")
+}
+
+step_wait() {  # step_wait NAME: wait for step_start NAME's command, then its summary row and log tail
+  local name=$1 rc
+  while [ ! -f "$LOGS/$name.rc" ]; do sleep 1; done
+  rc=$(cat "$LOGS/$name.rc")
+  [ "$rc" = skipped ] && return 1
   [ "$rc" -ne 0 ] && FAILED=1
-  note "$name" "$(printf 'rc=%-4s %4ss%s' "$rc" "$(( $(date +%s) - t0 ))" "$([ "$rc" = 124 ] && echo ' TIMED OUT')")"
+  note "$name" "$(printf 'rc=%-4s %4ss%s' "$rc" "$(( $(date +%s) - $(cat "$LOGS/$name.t0") ))" \
+    "$([ "$rc" = 124 ] && echo ' TIMED OUT')")"
+  rm -f "$LOGS/$name.rc" "$LOGS/$name.t0"
   tail -n 12 "$LOGS/$name.log"
   return "$rc"
+}
+
+step() {  # step NAME CAP CMD...: step_start + step_wait
+  step_start "$@" || return 1
+  step_wait "$1"
 }
 
 use_vllm_bundle() {  # use_vllm_bundle WHY_IF_MISSING
