@@ -540,6 +540,41 @@ if env("BLOCKFP8_LOG_ROWS") != "0":
 '''
 
 
+# A stand-in for `vllm serve`: /health and /v1/completions over HTTP, the row lines on stderr, or the startup refusal.
+_FAKE_SERVE = r'''
+import http.server, json, os, sys
+force = os.environ.get("BLOCKFP8_FORCE", "")
+if force == "linear:no_such_row":
+    print("ValueError: BLOCKFP8_FORCE: no linear row 'no_such_row' on this GPU; valid linear rows: gemv, w8a8_gemm, "
+          "dequant_matmul", file=sys.stderr)
+    sys.exit(1)
+print(f"[blockfp8] linear N=64 K=64 M=512 -> {'dequant_matmul' if force else 'w8a8_gemm'}", file=sys.stderr, flush=True)
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def reply(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        self.reply({})
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.reply({"choices": [{"text": "", "token_ids": [5, 6]}]})
+    def log_message(self, *args):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])), Handler).serve_forever()
+'''
+
+
+def _fake_serve_cmd(tmp_path, body=_FAKE_SERVE):
+    script = tmp_path / "fake_serve.py"
+    script.write_text(body)
+    return lambda model, port: [sys.executable, str(script), str(model), "--port", str(port)]
+
+
 def _fake_demo_cmd(tmp_path, body=_FAKE_DEMO):
     script = tmp_path / "fake_demo.py"
     script.write_text(body)
@@ -547,7 +582,7 @@ def _fake_demo_cmd(tmp_path, body=_FAKE_DEMO):
 
 
 def test_switches_pass_on_a_healthy_engine_and_run_the_corrupt_case_last(tmp_path):
-    results = switches.run_all(list(switches.CASES), 1, 60, _fake_demo_cmd(tmp_path))
+    results = switches.run_all(list(switches.CASES), 1, 60, _fake_demo_cmd(tmp_path), _fake_serve_cmd(tmp_path))
     assert [r["case"] for r in results][-1] == "corrupt_row"
     assert all(r["ok"] for r in results), [(r["case"], r["why"]) for r in results if not r["ok"]]
 
@@ -568,6 +603,19 @@ def test_switches_catch_each_broken_promise(tmp_path, case, breakage, why):
     names = ["gemm_sm90", "gemm_none", case] if case == "corrupt_row" else [case]
     results = {r["case"]: r for r in switches.run_all(names, 1, 60, _fake_demo_cmd(tmp_path, body))}
     assert not results[case]["ok"] and why in results[case]["why"], results[case]
+
+
+@pytest.mark.parametrize("case,breakage,why", [
+    ("serve_force", ("'dequant_matmul' if force else 'w8a8_gemm'", "'w8a8_gemm'"), "rows other than the forced one"),
+    ("serve_force", ("self.reply({\"choices\": [{\"text\": \"\", \"token_ids\": [5, 6]}]})", "self.reply({})"),
+     "exit status 1"),
+    ("serve_unknown", ("    sys.exit(1)\n", ""), "answered with an unknown forced row"),
+])
+def test_switches_serve_cases_catch_a_broken_server(tmp_path, case, breakage, why):
+    body = _FAKE_SERVE.replace(*breakage)
+    assert body != _FAKE_SERVE
+    (result,) = switches.run_all([case], 1, 60, _fake_demo_cmd(tmp_path), _fake_serve_cmd(tmp_path, body))
+    assert not result["ok"] and why in result["why"], result
 
 
 def test_switches_cli_rejects_unknown_cases_and_adds_what_corrupt_row_needs(capsys, monkeypatch):

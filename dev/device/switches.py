@@ -17,6 +17,10 @@ Cases (what each checks, besides "the engine served every prompt"):
   corrupt_row     BLOCKFP8_SELF_CHECK=always with BLOCKFP8_SELF_CHECK_CORRUPT=<the sm90_ row gemm_sm90 saw>: one
                   warning names the row, the row never serves, and where it was the only GEMM row at prefill the
                   tokens equal gemm_none's (its shapes then run dequantize + cuBLAS, as every shape does there)
+  serve_force     `vllm serve` on the demo's checkpoint with BLOCKFP8_FORCE=linear:dequant_matmul: /v1/completions
+                  answers 200 with tokens, and the server's row lines show only the forced row
+  serve_unknown   `vllm serve` with BLOCKFP8_FORCE=linear:no_such_row: the server exits at startup, its error names the
+                  switch and lists the valid linear rows
   nvfp4_w4a16     BLOCKFP8_NVFP4_W4A16=1 on the NVFP4 demo: serves weight-only (the GEMV at decode, a W4A16 row at
                   prefill)
 A garbage tuned file is tests/test_vllm_gpu.py's.
@@ -24,8 +28,8 @@ A garbage tuned file is tests/test_vllm_gpu.py's.
 --jobs J runs J cases at once (each engine asks for 30% of the GPU's memory; default 1: vLLM sizes its KV cache from
 the free memory it measures, which another engine starting beside it can disturb). corrupt_row runs last, after
 gemm_sm90 and gemm_none (added when not asked for). About 60-100 s per case on the H200: two device calls,
-e.g. --cases gemm_sm90,gemm_none,corrupt_row,force_linear,force_unknown and --cases gemm_sm89,tuned_none,
-log_rows_off,nvfp4_w4a16.
+e.g. --cases gemm_sm90,gemm_none,corrupt_row,force_linear,force_unknown,serve_unknown and --cases gemm_sm89,
+tuned_none,log_rows_off,nvfp4_w4a16,serve_force.
 """
 
 from __future__ import annotations
@@ -34,9 +38,12 @@ import argparse
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -55,6 +62,8 @@ def tokens(log: str) -> list:
 def served(res) -> str | None:
     if res.returncode != 0:
         return f"exit status {res.returncode}"
+    if res.stdout.startswith("served: 200"):  # serve_once: the completion answered with choices
+        return None
     return None if tokens(res.stdout) else "no generated tokens in the output"
 
 
@@ -122,7 +131,69 @@ def check_nvfp4(res, log, seen):
     return None
 
 
-# name -> (demo format, environment, check, expected to serve); corrupt_row's environment is filled in from gemm_sm90.
+def serve_cmd(model_dir: Path, port: int) -> list:
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir), "--quantization", "blockfp8",
+            "--port", str(port), "--max-model-len", "512", "--gpu-memory-utilization", "0.3", "--skip-tokenizer-init"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def serve_once(env: dict, timeout: float, cmd=serve_cmd):
+    """Start `vllm serve` on a fresh demo checkpoint, wait for /health, send one completion (prompt token ids: the
+    checkpoint has no tokenizer), stop the server. Returns (a CompletedProcess-like result whose returncode is 0
+    when the request answered 200 with tokens, 1 otherwise; the server's output)."""
+    from vllm_blockfp8 import demo
+
+    with tempfile.TemporaryDirectory(prefix="blockfp8-switch-") as tmp:
+        model = demo.write_checkpoint(Path(tmp) / "model")
+        port, log_path = free_port(), Path(tmp) / "server.log"
+        with open(log_path, "w") as log_file:
+            server = subprocess.Popen(cmd(model, port), stdout=log_file, stderr=subprocess.STDOUT, env=env)
+            answer, deadline = None, time.time() + timeout
+            try:
+                while time.time() < deadline and server.poll() is None and answer is None:
+                    try:
+                        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+                    except OSError:
+                        time.sleep(2)
+                        continue
+                    body = json.dumps({"model": str(model), "prompt": list(demo.PROMPTS[0]), "max_tokens": 8,
+                                       "temperature": 0.0}).encode()
+                    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                                 {"Content-Type": "application/json"})
+                    with urllib.request.urlopen(req, timeout=120) as resp:
+                        answer = (resp.status, json.loads(resp.read()))
+            except OSError as exc:
+                answer = (getattr(exc, "code", 0), {"error": str(exc)})
+            finally:
+                if server.poll() is None:
+                    server.terminate()
+                    try:
+                        server.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        server.kill()
+        log = log_path.read_text(errors="replace")
+    ok = answer is not None and answer[0] == 200 and bool(answer[1].get("choices"))
+    out = f"served: {answer[0]} {json.dumps(answer[1])[:300]}\n" if answer else "served: no answer\n"
+    return subprocess.CompletedProcess(cmd(Path("model"), 0), 0 if ok else 1, out + log, ""), out + log
+
+
+def check_serve_force(res, log, seen):
+    return check_force_linear(res, log, seen)
+
+
+def check_serve_unknown(res, log, seen):
+    if log.startswith("served: 200"):
+        return "the server answered with an unknown forced row"
+    return check_force_unknown(subprocess.CompletedProcess([], 1), log, seen)
+
+
+# name -> (demo format, or "serve": `vllm serve` on the demo's fp8-block checkpoint; environment; check; expected to
+# serve). corrupt_row's environment is filled in from gemm_sm90.
 CASES = {
     "gemm_sm90": ("fp8-block", {"BLOCKFP8_GEMM_TABLE": "sm90"}, check_gemm_sm90, True),
     "gemm_none": ("fp8-block", {"BLOCKFP8_GEMM_TABLE": "none"}, check_gemm_none, True),
@@ -134,11 +205,13 @@ CASES = {
     "force_linear": ("fp8-block", {"BLOCKFP8_FORCE": "linear:dequant_matmul"}, check_force_linear, True),
     "force_unknown": ("fp8-block", {"BLOCKFP8_FORCE": "linear:no_such_row"}, check_force_unknown, False),
     "corrupt_row": ("fp8-block", {"BLOCKFP8_SELF_CHECK": "always"}, check_corrupt, True),
+    "serve_force": ("serve", {"BLOCKFP8_FORCE": "linear:dequant_matmul"}, check_serve_force, True),
+    "serve_unknown": ("serve", {"BLOCKFP8_FORCE": "linear:no_such_row"}, check_serve_unknown, False),
     "nvfp4_w4a16": ("nvfp4", {"BLOCKFP8_NVFP4_W4A16": "1"}, check_nvfp4, True),
 }
 
 
-def run_case(name: str, seen: dict, timeout: float, cmd_for=demo_cmd) -> dict:
+def run_case(name: str, seen: dict, timeout: float, cmd_for=demo_cmd, serve_for=serve_cmd) -> dict:
     fmt, env_extra, check, serves = CASES[name]
     env = {**os.environ, "BLOCKFP8_LOG_ROWS": "1", **env_extra}
     if name == "corrupt_row":
@@ -147,23 +220,26 @@ def run_case(name: str, seen: dict, timeout: float, cmd_for=demo_cmd) -> dict:
         env["BLOCKFP8_SELF_CHECK_CORRUPT"] = seen["sm90_rows"][0]
     t0 = time.time()
     try:
-        res = subprocess.run(cmd_for(fmt), capture_output=True, text=True, env=env, timeout=timeout)
+        if fmt == "serve":
+            res, log = serve_once(env, timeout, serve_for)
+        else:
+            res = subprocess.run(cmd_for(fmt), capture_output=True, text=True, env=env, timeout=timeout)
+            log = res.stdout + res.stderr
     except subprocess.TimeoutExpired:
         return dict(case=name, ok=False, seconds=time.time() - t0, why=f"timed out after {timeout:.0f} s")
-    log = res.stdout + res.stderr
     why = served(res) if serves else None
     why = why or check(res, log, seen)
     return dict(case=name, ok=why is None, seconds=round(time.time() - t0, 1), why=why or "",
                 env=env_extra, log_tail=log[-4000:] if why else "")
 
 
-def run_all(names: list, jobs: int, timeout: float, cmd_for=demo_cmd) -> list:
+def run_all(names: list, jobs: int, timeout: float, cmd_for=demo_cmd, serve_for=serve_cmd) -> list:
     seen: dict = {}
     first = [n for n in names if n != "corrupt_row"]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(lambda n: run_case(n, seen, timeout, cmd_for), first))
+        results = list(pool.map(lambda n: run_case(n, seen, timeout, cmd_for, serve_for), first))
     if "corrupt_row" in names:
-        results.append(run_case("corrupt_row", seen, timeout, cmd_for))
+        results.append(run_case("corrupt_row", seen, timeout, cmd_for, serve_for))
     return results
 
 
