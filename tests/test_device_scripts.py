@@ -328,6 +328,7 @@ def _run_tune(tmp_path: Path, fake_body: str, *stages: str, **env_extra) -> tupl
     tree = tmp_path / "tree"
     (tree / "dev" / "device").mkdir(parents=True)
     (tree / "vllm_blockfp8" / "csrc").mkdir(parents=True)
+    (tree / "vllm_blockfp8" / "_C.abi3.so").write_text("")
     (tree / "setup.py").write_text("")
     for script in (TUNE_SH, LIB):
         shutil.copy(script, tree / "dev" / "device" / script.name)
@@ -354,9 +355,11 @@ def _run_tune(tmp_path: Path, fake_body: str, *stages: str, **env_extra) -> tupl
     return proc.returncode, proc.stdout, names, summary
 
 
-# The fake interpreter: `tune` writes its --out file (the last argument), the A/B prints its verdict.
+# The fake interpreter: `tune` writes its --out file (the last argument) and says where it ran, the A/B prints its
+# verdict.
 _FAKE_TOOLS = """case "$*" in
-  *" tune "*) for a; do :; done; echo '{"version": 1}' > "$a"; echo "wrote $a: 48 points measured, 2 override(s)" ;;
+  *" tune "*) for a; do :; done; echo '{"version": 1}' > "$a"; echo "wrote $a: 48 points measured, 2 override(s)"
+    echo "interpreter $0 in $PWD, PYTHONPATH=${PYTHONPATH:-unset}" ;;
   *bench_tune_ab*) echo "tune_ab: PASS" ;;
   *) exit 0 ;;
 esac"""
@@ -365,8 +368,10 @@ esac"""
 def test_tune_script_runs_every_step_and_prints_the_table_last(tmp_path):
     rc, log, names, summary = _run_tune(tmp_path, _FAKE_TOOLS)
     assert rc == 0, log
-    for step in ("build", "ckpt", "tune", "ab"):
+    for step in ("build", "ckpt", "wheel", "tune", "ab"):
         assert any(line.startswith(step) for line in summary.splitlines()), (step, summary)
+    # tune ran as a user of the wheel runs it: outside the tree, only the wheel's install on PYTHONPATH.
+    assert f"in /tmp, PYTHONPATH={tmp_path / 'work' / 'wheel_site'}" in log, log
     for f in ("tune/build.log", "tune/ckpt.log", "tune/tune.log", "tune/ab.log", "tune/blockfp8_tuned.json",
               "tune/gpu.txt", "tune/summary.txt"):
         assert f in names, (f, names)
@@ -481,18 +486,19 @@ def test_full_script_runs_its_parts_side_by_side_and_passes_only_when_all_pass(t
     bundle = tmp_path / "env.sh"
     bundle.write_text("")
 
-    def run(suite_rc: int):
+    def run(suite_rc: int, *parts: str):
         fake = tmp_path / "fakepy.sh"
         fake.write_text('#!/bin/bash\ncase "$*" in *suite.py*) sleep 3; echo "suite: 1 passed, 0 failed, 0 crashed"; '
-                        f'exit {suite_rc} ;; esac\necho "vllm 0.0"\n')
+                        f'exit {suite_rc} ;; *switches.py*) sleep 3; echo "case result"; echo "gemm_none ok"; exit 0 ;; '
+                        'esac\necho "vllm 0.0"\n')
         fake.chmod(0o755)
-        out = tmp_path / f"out{suite_rc}"
+        out = tmp_path / f"out{suite_rc}{'_'.join(parts)}"
         out.mkdir()
         env = dict(os.environ, OUT=str(out), PYTHON=str(fake), VK_ENV=str(bundle),
                    PATH=f"{bin_dir}:{os.environ['PATH']}", BUDGET_S="120")
         t0 = time.time()
-        proc = subprocess.run(["bash", str(tree / "dev" / "device" / "h200_full.sh")], env=env, capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(["bash", str(tree / "dev" / "device" / "h200_full.sh"), *parts], env=env,
+                              capture_output=True, text=True, timeout=120)
         with tarfile.open(out / "full.tgz") as t:
             summary = t.extractfile("full/summary.txt").read().decode()
         return proc, summary, time.time() - t0
@@ -502,6 +508,12 @@ def test_full_script_runs_its_parts_side_by_side_and_passes_only_when_all_pass(t
     assert all("rc=0" in rows[part] for part in ("kernels", "vllm_tests", "memcheck")), summary
     assert seconds < 8, f"the parts ran one after another ({seconds:.1f} s)"
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("full suite: every part passed"), proc.stdout
+    assert "switches" not in rows, "the switches run only when asked for"
+    proc, summary, seconds = run(0, "all", "switches")
+    rows = {line.split()[0]: line for line in summary.splitlines()}
+    assert all("rc=0" in rows[part] for part in ("kernels", "vllm_tests", "memcheck", "switches")), summary
+    assert seconds < 8, f"the parts ran one after another ({seconds:.1f} s)"
+    assert "gemm_none ok" in proc.stdout, "the switches table is printed with the summary"
     proc, summary, _ = run(1)
     assert proc.returncode == 1 and "full suite: FAILED or incomplete" in proc.stdout, proc.stdout
 
@@ -523,6 +535,10 @@ if force == "linear:no_such_row":
           "dequant_matmul", file=sys.stderr)
     sys.exit(1)
 tokens = "5, 6, 7" if table == "none" or corrupt else "5, 6, 8"
+if env("BLOCKFP8_SELF_CHECK") == "always":
+    tail = f", failed: {corrupt} (they yield to the safe path)" if corrupt else ""
+    print(f"[blockfp8] first-use check: 9 rows in a child process, {8 if corrupt else 9} passed in 4.2 s{tail}",
+          file=sys.stderr)
 print(f"prompt [1] -> generated [{tokens}]")
 if env("BLOCKFP8_LOG_ROWS") != "0":
     if fmt == "nvfp4":
@@ -585,6 +601,8 @@ def test_switches_pass_on_a_healthy_engine_and_run_the_corrupt_case_last(tmp_pat
     results = switches.run_all(list(switches.CASES), 1, 60, _fake_demo_cmd(tmp_path), _fake_serve_cmd(tmp_path))
     assert [r["case"] for r in results][-1] == "corrupt_row"
     assert all(r["ok"] for r in results), [(r["case"], r["why"]) for r in results if not r["ok"]]
+    (check,) = [r for r in results if r["case"] == "self_check_always"]
+    assert check["note"] == "first-use check: 9 rows, 4.2 s", check
 
 
 @pytest.mark.parametrize("case,breakage,why", [
@@ -596,6 +614,10 @@ def test_switches_pass_on_a_healthy_engine_and_run_the_corrupt_case_last(tmp_pat
     ("nvfp4_w4a16", ("-> fp4_wgmma_128x256", "-> fp4_gemv_mma_t16"), "no weight-only fp4_ GEMM row at prefill"),
     ("corrupt_row", ("\"5, 6, 7\" if table == \"none\" or corrupt", "\"5, 6, 7\" if table == \"none\""),
      "tokens differ"),
+    ("corrupt_row", ("failed: {corrupt} (", "failed: other ("), "does not name"),
+    ("self_check_always", ("{8 if corrupt else 9} passed", "8 passed"), "passed 8 of 9 rows"),
+    ("self_check_always", ("if env(\"BLOCKFP8_SELF_CHECK\") == \"always\":", "if False:"),
+     "0 first-use summary lines"),
 ])
 def test_switches_catch_each_broken_promise(tmp_path, case, breakage, why):
     body = _FAKE_DEMO.replace(*breakage)

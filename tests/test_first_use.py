@@ -82,6 +82,13 @@ def test_child_timeout_is_reported_as_a_hang():
     assert rc == -9 and "timed out after 1 s" in err
 
 
+def test_summary_line_counts_and_names_failures():
+    assert first_use.summary_line({"a": "", "b": ""}, 1.25) == (
+        "[blockfp8] first-use check: 2 rows in a child process, 2 passed in 1.2 s")
+    line = first_use.summary_line({"a": "", "z": "mismatch", "b": "exited"}, 3.0)
+    assert "3 rows" in line and "1 passed" in line and "failed: b, z (they yield to the safe path)" in line
+
+
 def test_inprocess_mode_skips_the_child(monkeypatch):
     monkeypatch.setenv("BLOCKFP8_SELF_CHECK", "inprocess")
     monkeypatch.setattr(first_use, "_done", False)
@@ -131,3 +138,4 @@ def test_isolated_check_passes_every_row_on_this_gpu():
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out and all(why == "" for why in out.values()), out
+    assert f"first-use check: {len(out)} rows in a child process, {len(out)} passed" in proc.stderr

@@ -79,6 +79,41 @@ def test_select_overrides_needs_three_percent():
     assert out[0]["gain"] == pytest.approx(0.031, abs=1e-4)
 
 
+def test_select_overrides_needs_the_gain_in_the_confirming_timing_too():
+    kept = _point({"r0": 10.0, "r1": 9.0})
+    kept["confirm_us"] = {"r0": 10.0, "r1": 9.5}                       # 5.3% again: kept, with the smaller gain
+    noise = _point({"r0": 10.0, "r1": 9.0}, m=16, lo=9)
+    noise["confirm_us"] = {"r0": 10.0, "r1": 10.2}                     # slower when timed again: dropped
+    out = tuning.select_overrides([kept, noise])
+    assert [(o["m_max"], o["row"]) for o in out] == [(8, "r1")]
+    assert out[0]["gain"] == pytest.approx(10.0 / 9.5 - 1, abs=1e-4)
+
+
+def test_tune_times_a_win_again_and_only_a_win():
+    """The loop re-times the table's row against the winner (and nothing else) where the first timing found a win."""
+    calls = []
+
+    class Tables:
+        def family_for(self, fmt, m, n, k):
+            return "gemm"
+
+        def rows(self, family, m, n, k):
+            return ["a", "b", "c"]
+
+        def default(self, family, m, n, k):
+            return "a"
+
+    def timer(family, rows, m, n, k):
+        calls.append((m, list(rows)))
+        win = m == 8
+        return {"": 10.0, **{r: (8.0 if (r == "b" and win) else 11.0) for r in rows if r != "a"}}
+
+    out = tune.tune("fp8-block", [(256, 512)], Tables(), timer, buckets=[4, 8])
+    assert calls == [(4, ["a", "b", "c"]), (8, ["a", "b", "c"]), (8, ["a", "b"])]
+    assert "confirm_us" not in out[0] and out[1]["confirm_us"] == {"a": 10.0, "b": 8.0}
+    assert [o["row"] for o in tuning.select_overrides(out)] == ["b"]
+
+
 def test_m_ranges_cover_up_to_the_last_bucket():
     assert tuning.m_ranges((1, 4, 8)) == [(1, 1), (2, 4), (5, 8)]
     assert tuning.m_ranges(shapes.TUNE_M)[-1] == (2049, 4096)

@@ -117,6 +117,20 @@ def gpu_unsupported_reason() -> str | None:
     return None
 
 
+# The tiny model needs a few MiB of KV cache. A fixed size skips vLLM's memory profiling, which assumes no other
+# process on the GPU allocates or frees memory meanwhile (it fails its start-up otherwise), so the demo can start
+# beside other work on the same GPU.
+DEMO_KV_CACHE_BYTES = 256 << 20
+
+
+def kv_cache_args() -> dict:
+    """``kv_cache_memory_bytes`` where this vLLM has it (0.11 and newer), else nothing (profiling decides)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    fields = getattr(EngineArgs, "__dataclass_fields__", {})
+    return {"kv_cache_memory_bytes": DEMO_KV_CACHE_BYTES} if "kv_cache_memory_bytes" in fields else {}
+
+
 def run_vllm(model_dir: Path, max_tokens: int, attention_backend: str | None = None, fmt: str = "fp8-block") -> None:
     os.environ.setdefault("BLOCKFP8_LOG_ROWS", "1")
     from vllm import LLM, SamplingParams
@@ -124,7 +138,7 @@ def run_vllm(model_dir: Path, max_tokens: int, attention_backend: str | None = N
     # The backend only where asked: vLLM's own choice otherwise (its argument name is vLLM's).
     backend = {"attention_backend": attention_backend} if attention_backend else {}
     llm = LLM(model=str(model_dir), quantization="blockfp8", skip_tokenizer_init=True, max_model_len=512,
-              gpu_memory_utilization=0.3, seed=0, enforce_eager=False, **backend)
+              gpu_memory_utilization=0.3, seed=0, enforce_eager=False, **backend, **kv_cache_args())
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, detokenize=False)
     outputs = llm.generate([{"prompt_token_ids": list(p)} for p in PROMPTS], params)
     for prompt, out in zip(PROMPTS, outputs):

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Callable, Optional
 
 TIMEOUT_S = 180  # one child: CUDA start-up, the extension, a handful of small checks
@@ -98,7 +99,18 @@ def ensure_checked(device: Optional[int] = None) -> Optional[dict]:
     rows = ops.first_use_pending(torch.cuda.get_device_capability(device))
     if not rows:
         return None
-    return check_isolated(rows, device, ops.first_use_record)
+    t0 = time.monotonic()
+    outcomes = check_isolated(rows, device, ops.first_use_record)
+    print(summary_line(outcomes, time.monotonic() - t0), file=sys.stderr, flush=True)
+    return outcomes
+
+
+def summary_line(outcomes: dict, seconds: float) -> str:
+    """The one start-up line a server log shows for the check: how many rows, how long, which failed."""
+    failed = sorted(name for name, why in outcomes.items() if why)
+    tail = f", failed: {', '.join(failed)} (they yield to the safe path)" if failed else ""
+    return (f"[blockfp8] first-use check: {len(outcomes)} rows in a child process, "
+            f"{len(outcomes) - len(failed)} passed in {seconds:.1f} s{tail}")
 
 
 def _child_main(argv: list) -> int:

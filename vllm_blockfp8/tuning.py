@@ -4,7 +4,8 @@ The file (JSON, ``blockfp8_tuned.json`` beside the model, or the path in ``BLOCK
 
     {"version": 1, "key": {"gpu", "capability", "driver", "cuda", "build_hash", "gemm_table"},
      "model": "...", "buckets": [...], "min_gain": 0.03,
-     "measurements": [{"family", "n", "k", "m", "m_min", "m_max", "default_row", "times_us": {row: us}}],
+     "measurements": [{"family", "n", "k", "m", "m_min", "m_max", "default_row", "times_us": {row: us},
+                       "confirm_us": {row: us} (where a win was timed again: the table's row and the winner)}],
      "overrides": [{"family", "n", "k", "m_min", "m_max", "row", "gain"}]}
 
 ``overrides`` holds only the measured points where another row beat the table's own choice by at least
@@ -82,7 +83,8 @@ def m_ranges(buckets) -> list:
 
 def select_overrides(measurements, min_gain: float = MIN_GAIN) -> list:
     """The overrides of measured points where the fastest row beats the table's own choice (``default_row``,
-    timed as the op chooses it) by ``min_gain`` or more: gain = t_default / t_best - 1."""
+    timed as the op chooses it) by ``min_gain`` or more: gain = t_default / t_best - 1. Where the point was timed
+    again (``confirm_us``: the two rows alone), the gain is the smaller of the two timings'."""
     out = []
     for p in measurements:
         times = {r: t for r, t in p["times_us"].items() if t is not None and t > 0}
@@ -91,6 +93,10 @@ def select_overrides(measurements, min_gain: float = MIN_GAIN) -> list:
             continue
         best = min(times, key=times.get)
         gain = base / times[best] - 1.0
+        again = p.get("confirm_us") or {}
+        if again:
+            a_base, a_best = again.get(p["default_row"]), again.get(best)
+            gain = min(gain, a_base / a_best - 1.0) if a_base and a_best and a_best > 0 else -1.0
         if best != p["default_row"] and gain >= min_gain:
             out.append({"family": p["family"], "n": p["n"], "k": p["k"], "m_min": p["m_min"], "m_max": p["m_max"],
                         "row": best, "gain": round(gain, 4)})

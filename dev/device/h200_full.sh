@@ -2,7 +2,9 @@
 # The whole GPU test suite on the H200: what a session that changed C++ or CUDA runs before it stops. Run from the
 # repository root with $OUT set, carrying [".whl", ".vk"] (fetch_device_wheels.sh; the offline vLLM bundle).
 #
-#   OUT=... dev/device/h200_full.sh [PART]       PART: all (default), kernels, vllm, sanitize
+#   OUT=... dev/device/h200_full.sh [PART ...]   PART: all (default: kernels vllm sanitize), kernels, vllm, sanitize,
+#                                                  switches (not in all; SWITCHES=case,... picks dev/device/switches.py's
+#                                                  cases, SWITCH_JOBS (2) runs that many at once)
 #
 #   vllm       source /tmp/vk_tools/env.sh, unpacking .vk/kit.part-* first where it is missing (the vLLM tests, peers)
 #   build      TORCH_CUDA_ARCH_LIST="8.9;9.0a" (the SM89 table runs on sm_90a too), all cores; skipped when the
@@ -11,6 +13,8 @@
 #              once: a test that kills the interpreter is recorded CRASHED by name and pytest starts again on the rest
 #   vllm       the vLLM test files (engine start-ups, one at a time: each asks vLLM for 30% of the GPU's memory)
 #   sanitize   compute-sanitizer memcheck over every row of every family (sanitize_rows.py), then the SM89 table
+#   switches   every documented BLOCKFP8_* switch under vllm.LLM / vllm serve (switches.py); its engines size their KV
+#              cache explicitly, so they start beside the other parts (vLLM's memory profiling would not)
 #
 # The three parts run at the same time after the build: measured apart on the H200 (build 117-139 s, kernels 197 s
 # with 4 jobs, vllm 315 s, memcheck ~200 s), together they should fit one 10-minute call on a cold machine (the
@@ -24,7 +28,11 @@ RUN_NAME=full
 
 PARTS=("$@")
 [ ${#PARTS[@]} -eq 0 ] && PARTS=(all)
-has() { local p; for p in "${PARTS[@]}"; do [ "$p" = "$1" ] || [ "$p" = all ] && return 0; done; return 1; }
+has() {
+  local p
+  for p in "${PARTS[@]}"; do [ "$p" = "$1" ] || { [ "$p" = all ] && [ "$1" != switches ]; } && return 0; done
+  return 1
+}
 VLLM_TESTS="tests/test_vllm_gpu.py"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader | tee "$LOGS/gpu.txt"
@@ -55,7 +63,11 @@ if has sanitize; then
     a=$?; compute-sanitizer --tool memcheck --error-exitcode 9 "$0" dev/device/sanitize_rows.py gemm --table sm89
     b=$?; exit $(( a | b ))' "$PY"
 fi
-for part in kernels vllm_tests memcheck; do
+if has switches; then
+  step_start switches 540 "$PY" dev/device/switches.py --jobs "${SWITCH_JOBS:-2}" --json "$LOGS/switches.json" \
+    ${SWITCHES:+--cases "$SWITCHES"}
+fi
+for part in kernels vllm_tests memcheck switches; do
   [ -f "$LOGS/$part.t0" ] && step_wait "$part"
 done
 
@@ -65,6 +77,7 @@ for f in kernels vllm_tests; do
   [ -f "$LOGS/$f.log" ] && grep -E "^(CRASHED|FAILED) |UNEXPECTED|^suite: [0-9]" "$LOGS/$f.log" | head -n 40
 done
 grep -hE ": (FAILED|NOT RUN)|ERROR SUMMARY" "$LOGS"/memcheck.log 2>/dev/null
+[ -f "$LOGS/switches.log" ] && sed -n '/^case /,$p' "$LOGS/switches.log"
 printf '%s\n' "${SUMMARY[@]}"
 pack
 [ "$FAILED" = 0 ] || { echo "full suite: FAILED or incomplete (see above)"; exit 1; }

@@ -12,7 +12,9 @@
 #                per distinct (N, K) of the fused layers, and every decoder layer has the same four (checked here
 #                against vllm_blockfp8.shapes.QWEN3_8B); the small vocabulary only shrinks the bf16 embeddings.
 #                Kept when it is already there (a warm machine)
-#   tune   (400) python -m vllm_blockfp8 tune on it -> $TUNE_WORK/blockfp8_tuned.json; its wall time is printed
+#   wheel  (150) a wheel of that build (BLOCKFP8_PREBUILT_EXT, nothing recompiled) installed into its own folder
+#                ($TUNE_WORK/wheel_site); TUNE_FROM_WHEEL=0 skips it
+#   tune   (400) python -m vllm_blockfp8 tune on it, from /tmp with only the wheel's folder on PYTHONPATH -> $TUNE_WORK/blockfp8_tuned.json; its wall time is printed
 #                against the 300 s target
 #   ab     (rest) benchmarks/bench_tune_ab.py on that file (or $TUNED_FILE, e.g. one carried from an earlier call):
 #                the file's points first, then the benchmark set and the first held-out set at the tuned buckets,
@@ -90,11 +92,34 @@ sys.exit(0 if (fmt, found) == ('fp8-block', want) else 1)" "$MODEL" > "$LOGS/ckp
   fi
 fi
 
+# ---- the wheel: tune runs as a user runs it, from the installed wheel, outside this tree -------------------------
+# The wheel packs the extension just built (BLOCKFP8_PREBUILT_EXT: nothing is compiled again) and is installed into its
+# own folder; tune then runs from /tmp with only that folder on PYTHONPATH (the image's torch comes from its
+# interpreter: a virtualenv made from it would not see its torch), and the import check proves the package is the
+# wheel's, not this tree's editable install.
+TUNE_SITE=""
+if wants tune && [ "${TUNE_FROM_WHEEL:-1}" = 1 ]; then
+  SITE=$WORK/wheel_site
+  if step wheel 150 bash -c 'set -e; rm -rf "$1" "$3"; so=$(ls "$PWD"/vllm_blockfp8/_C*.so)
+      BLOCKFP8_PREBUILT_EXT=$so "$2" -m pip wheel -q --no-build-isolation --no-deps -w "$3" .
+      "$2" -m pip install -q --no-index --no-deps --target "$1" "$3"/vllm_blockfp8-*.whl
+      cd /tmp && PYTHONPATH=$1 "$2" -c "import sys, vllm_blockfp8 as p; print(p.__file__)
+sys.exit(0 if p.__file__.startswith(sys.argv[1]) else 1)" "$1"' _ "$SITE" "$PY" "$WORK/dist"; then
+    TUNE_SITE=$SITE
+  else
+    note wheel "FAILED: no wheel install to tune from (wheel.log); tuning from the source tree instead"
+  fi
+fi
+
 # ---- blockfp8 tune, timed ------------------------------------------------------------------------------------------
 if wants tune; then
   rm -f "$TUNED"
   T0=$(date +%s.%N)
-  step tune 400 "$PY" -m vllm_blockfp8 tune "$MODEL" --out "$TUNED"
+  if [ -z "$TUNE_SITE" ]; then
+    step tune 400 "$PY" -m vllm_blockfp8 tune "$MODEL" --out "$TUNED"
+  else  # from /tmp with only the wheel's folder on PYTHONPATH
+    step tune 400 bash -c 'cd /tmp && PYTHONPATH=$0 exec "$@"' "$TUNE_SITE" "$PY" -m vllm_blockfp8 tune "$MODEL" --out "$TUNED"
+  fi
   TUNE_RC=$?
   TUNE_WALL=$(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   if [ "$TUNE_RC" = 0 ] && awk -v w="$TUNE_WALL" -v t="$TUNE_TARGET_S" 'BEGIN { exit !(w > t) }'; then

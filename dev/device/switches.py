@@ -14,6 +14,8 @@ Cases (what each checks, besides "the engine served every prompt"):
   force_linear    BLOCKFP8_FORCE=linear:dequant_matmul: the only linear row logged is dequant_matmul
   force_unknown   BLOCKFP8_FORCE=linear:no_such_row: the engine does not start; one error names the switch and
                   lists the valid linear rows
+  self_check_always  BLOCKFP8_SELF_CHECK=always: the first-use check runs once, in a child process, before the engine
+                  serves; every row of this GPU's tables passes; its start-up seconds are reported
   corrupt_row     BLOCKFP8_SELF_CHECK=always with BLOCKFP8_SELF_CHECK_CORRUPT=<the sm90_ row gemm_sm90 saw>: one
                   warning names the row, the row never serves, and where it was the only GEMM row at prefill the
                   tokens equal gemm_none's (its shapes then run dequantize + cuBLAS, as every shape does there)
@@ -109,8 +111,26 @@ def check_force_unknown(res, log, seen):
     return None
 
 
+FIRST_USE = re.compile(r"\[blockfp8\] first-use check: (\d+) rows in a child process, (\d+) passed in ([0-9.]+) s"
+                       r"(?:, failed: ([^(]*))?")
+
+
+def check_self_check(res, log, seen):
+    found = FIRST_USE.findall(log)
+    if len(found) != 1:
+        return f"{len(found)} first-use summary lines (one expected: the check ran once, in a child process)"
+    rows, passed, seconds, failed = found[0]
+    if int(rows) == 0 or rows != passed:
+        return f"the first-use check passed {passed} of {rows} rows (failed: {failed.strip()})"
+    seen["self_check"] = {"rows": int(rows), "seconds": float(seconds)}
+    return None
+
+
 def check_corrupt(res, log, seen):
     row = seen["sm90_rows"][0]
+    found = FIRST_USE.findall(log)
+    if len(found) != 1 or row not in found[0][3].strip().split(", "):
+        return f"the first-use summary does not name {row} as the one failed row ({found})"
     warnings = [line for line in log.splitlines() if f"row {row} failed its first-use self-check" in line]
     if len(warnings) != 1:
         return f"{len(warnings)} first-use warnings name {row} (one expected)"
@@ -133,7 +153,8 @@ def check_nvfp4(res, log, seen):
 
 def serve_cmd(model_dir: Path, port: int) -> list:
     return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir), "--quantization", "blockfp8",
-            "--port", str(port), "--max-model-len", "512", "--gpu-memory-utilization", "0.3", "--skip-tokenizer-init"]
+            "--port", str(port), "--max-model-len", "512", "--gpu-memory-utilization", "0.3", "--skip-tokenizer-init",
+            "--kv-cache-memory-bytes", str(256 << 20)]  # as the demo: no memory profiling beside other GPU work
 
 
 def free_port() -> int:
@@ -204,6 +225,7 @@ CASES = {
     "log_rows_off": ("fp8-block", {"BLOCKFP8_LOG_ROWS": "0"}, check_log_rows_off, True),
     "force_linear": ("fp8-block", {"BLOCKFP8_FORCE": "linear:dequant_matmul"}, check_force_linear, True),
     "force_unknown": ("fp8-block", {"BLOCKFP8_FORCE": "linear:no_such_row"}, check_force_unknown, False),
+    "self_check_always": ("fp8-block", {"BLOCKFP8_SELF_CHECK": "always"}, check_self_check, True),
     "corrupt_row": ("fp8-block", {"BLOCKFP8_SELF_CHECK": "always"}, check_corrupt, True),
     "serve_force": ("serve", {"BLOCKFP8_FORCE": "linear:dequant_matmul"}, check_serve_force, True),
     "serve_unknown": ("serve", {"BLOCKFP8_FORCE": "linear:no_such_row"}, check_serve_unknown, False),
@@ -229,7 +251,9 @@ def run_case(name: str, seen: dict, timeout: float, cmd_for=demo_cmd, serve_for=
         return dict(case=name, ok=False, seconds=time.time() - t0, why=f"timed out after {timeout:.0f} s")
     why = served(res) if serves else None
     why = why or check(res, log, seen)
-    return dict(case=name, ok=why is None, seconds=round(time.time() - t0, 1), why=why or "",
+    check_cost = seen.get("self_check") if name == "self_check_always" else None
+    note = f"first-use check: {check_cost['rows']} rows, {check_cost['seconds']:.1f} s" if check_cost else ""
+    return dict(case=name, ok=why is None, seconds=round(time.time() - t0, 1), why=why or "", note=note,
                 env=env_extra, log_tail=log[-4000:] if why else "")
 
 
@@ -262,9 +286,9 @@ def main(argv=None) -> int:
             print(f"--- {r['case']}: {r['why']}\n{r.get('log_tail', '')}\n")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
-    print(f"{'case':<15} {'result':<6} {'s':>6}  why")
+    print(f"{'case':<17} {'result':<6} {'s':>6}  why / note")
     for r in results:
-        print(f"{r['case']:<15} {'ok' if r['ok'] else 'FAIL':<6} {r['seconds']:6.1f}  {r['why']}")
+        print(f"{r['case']:<17} {'ok' if r['ok'] else 'FAIL':<6} {r['seconds']:6.1f}  {r['why'] or r.get('note', '')}")
     failed = [r["case"] for r in results if not r["ok"]]
     print(f"switches: {len(results) - len(failed)} of {len(results)} cases passed" + (f"; failed: {failed}" if failed
                                                                                         else ""))

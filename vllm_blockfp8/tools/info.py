@@ -59,7 +59,8 @@ def collect() -> dict:
             tables[family] = [dict(row) for row in ops.tile_table(family)]
         except Exception as e:
             tables[family] = {"error": _error(e)}
-    if isinstance(tables.get("gemm"), list) and not tables["gemm"]:  # no GPU: each built arch's GEMM table instead
+    # No GPU: each built arch's GEMM table instead (a pure-Python install has none to list).
+    if getattr(ops, "HAS_CUDA_KERNELS", True) and isinstance(tables.get("gemm"), list) and not tables["gemm"]:
         for table in ("sm89", "sm90", "sm120"):
             try:
                 rows = [dict(row) for row in ops.gemm_table_rows(table)]
