@@ -254,8 +254,19 @@ def test_demo_passes_arguments_through(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "vllm_blockfp8.demo", fake)
     monkeypatch.setattr(vllm_blockfp8, "demo", fake, raising=False)
     assert cli.main(["demo", "--model-dir", str(tmp_path), "--keep", "--max-tokens", "7",
-                     "--attention-backend", "TRITON_ATTN"]) == 0
+                     "--attention-backend", "TRITON_ATTN", "--logprobs", "5", "--enforce-eager"]) == 0
     assert cli.main(["demo"]) == 0
     assert (seen[0].model_dir, seen[0].keep, seen[0].max_tokens) == (tmp_path, True, 7)
-    assert seen[0].attention_backend == "TRITON_ATTN"
+    assert (seen[0].attention_backend, seen[0].logprobs, seen[0].enforce_eager) == ("TRITON_ATTN", 5, True)
     assert (seen[1].model_dir, seen[1].keep, seen[1].attention_backend) == (None, False, None)
+    assert (seen[1].logprobs, seen[1].enforce_eager) == (0, False)
+    assert cli.main(["demo", "--logprobs", "-1"]) == 2 and len(seen) == 2
+
+
+def test_readme_stays_short_and_names_every_subcommand():
+    """The README is for users: at most 12,000 characters, every subcommand shown with a command line that runs."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert len(readme) <= 12000, f"README.md is {len(readme)} characters"
+    for sub in SUBCOMMANDS:
+        assert f"blockfp8 {sub}" in readme, sub
+    assert "tune MODEL_DIR --dry-run" in readme  # --dry-run still needs the model's config (its layer shapes)

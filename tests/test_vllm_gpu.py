@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from vllm_blockfp8 import demo
 
@@ -21,16 +22,39 @@ REASON = demo.gpu_unsupported_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"needs a supported GPU and vLLM: {REASON}")
 
 
+def _demo(fmt: str, env: dict, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "vllm_blockfp8", "demo", "--format", fmt, "--max-tokens", "8", "--logprobs", "5",
+           *extra]
+    if os.environ.get("BLOCKFP8_TEST_ATTENTION_BACKEND"):
+        cmd += ["--attention-backend", os.environ["BLOCKFP8_TEST_ATTENTION_BACKEND"]]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "BLOCKFP8_LOG_ROWS": "1", **env},
+                          timeout=900)
+
+
+# The reference path of each format: a forced row that the unit tests check against reference.py on every shape,
+# and that quantizes no activations (dequantize + cuBLAS; the FMA W4A16 fallback).
+REFERENCE_ROW = {"fp8-block": "linear:dequant_matmul", "nvfp4": "nvfp4:fp4_gemv_fma_anym"}
+
+
+def logprob_tolerance(fmt: str) -> float:
+    """Nats between our path's logprobs and the reference path's on the demo model (logits ~0.64 rms: unit-RMS hidden
+    states through a 0.02-std lm_head of width 1024). The W4A16 rows compute the reference's products exactly and
+    differ only by accumulation order and one bf16 rounding per layer (~2^-9 relative: ~0.002 nats; eager vs compiled
+    non-linear ops add the same order): 0.05. The W8A8 prefill rounds each activation to e4m3 (~2.7% rms relative per
+    element, so ~3-5% on the logits after 2 layers: ~0.03 nats rms, ~0.1 at the worst of ~25 positions): 0.25. SM120's
+    native NVFP4 prefill rounds activations to E2M1 (~9.5% rms relative): 0.5. A wrong kernel moves logits by their
+    own size (~1 nat) and reorders the top 5."""
+    if fmt == "nvfp4":
+        return 0.5 if torch.cuda.get_device_capability() == (12, 0) else 0.05
+    return 0.25
+
+
 # (format, the op family its linears log, the decode row's prefix, the prefill (M > 16) path's prefix: the W8A8
 # GEMM, or an NVFP4 GEMM row rather than the GEMV)
 @pytest.mark.parametrize("fmt,family,row_prefix,prefill_prefix", [("fp8-block", "linear", "gemv", "w8a8_gemm"),
                                                                   ("nvfp4", "nvfp4", "fp4_", "fp4_(?!gemv)")])
 def test_llm_generates_with_cuda_graphs(fmt, family, row_prefix, prefill_prefix):
-    env = {**os.environ, "BLOCKFP8_LOG_ROWS": "1"}
-    cmd = [sys.executable, "-m", "vllm_blockfp8", "demo", "--format", fmt, "--max-tokens", "8"]
-    if os.environ.get("BLOCKFP8_TEST_ATTENTION_BACKEND"):
-        cmd += ["--attention-backend", os.environ["BLOCKFP8_TEST_ATTENTION_BACKEND"]]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    res = _demo(fmt, {})
     log = res.stdout + res.stderr
     assert res.returncode == 0, log[-6000:]
     generated = re.findall(r"generated \[([0-9, ]+)\]", res.stdout)
@@ -41,6 +65,19 @@ def test_llm_generates_with_cuda_graphs(fmt, family, row_prefix, prefill_prefix)
     # ... and the prefill went through the GEMM path (the engine's profile run and the prompts: M > 16).
     assert re.search(rf"\[blockfp8\] {family} N=\d+ K=\d+ M=(1[7-9]|[2-9]\d|\d{{3,}}) -> {prefill_prefix}", log), \
         log[-6000:]
+
+    # The same prompts through the reference path (eager: a faster start; the linears are the same ops): every prompt
+    # position's and every comparable step's logprobs agree within the format's tolerance.
+    forced_family, forced_row = REFERENCE_ROW[fmt].split(":")
+    ref = _demo(fmt, {"BLOCKFP8_FORCE": REFERENCE_ROW[fmt]}, "--enforce-eager")
+    ref_log = ref.stdout + ref.stderr
+    assert ref.returncode == 0, ref_log[-6000:]
+    served = set(re.findall(rf"\[blockfp8\] {forced_family} N=\d+ K=\d+ M=\d+ -> (\w+)", ref_log))
+    assert served == {forced_row}, f"the reference run logged rows {served}"
+    worst, problems = demo.logprob_gaps(demo.parse_logprobs(res.stdout), demo.parse_logprobs(ref.stdout))
+    assert not problems, problems
+    assert worst <= logprob_tolerance(fmt), f"largest logprob gap to the reference path {worst:.4f} nats"
+    print(f"{fmt}: largest logprob gap to the reference path {worst:.4f} nats (tolerance {logprob_tolerance(fmt)})")
 
 
 def test_llm_serves_with_switches_off_and_a_garbage_tuned_file(tmp_path):

@@ -97,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--attention-backend", default=None, metavar="NAME",
                    help="vLLM attention backend, e.g. TRITON_ATTN where vLLM's FlashAttention build is missing "
                         "(default: vLLM's choice)")
+    d.add_argument("--logprobs", type=int, default=0, metavar="N",
+                   help="also print, per prompt, the top-N log-probabilities at every prompt position and "
+                        "generated step as one JSON line (default 0: none)")
+    d.add_argument("--enforce-eager", action="store_true",
+                   help="no torch.compile and CUDA graphs (vLLM's enforce_eager): a faster start")
     d.set_defaults(func=_cmd_demo)
     return parser
 
@@ -220,6 +225,8 @@ def _cmd_tune(args, extra) -> int:
 
 
 def _cmd_demo(args, extra) -> int:
+    if args.logprobs < 0:
+        raise CliError(f"--logprobs must be >= 0, got {args.logprobs}")
     from vllm_blockfp8 import demo
 
     return int(demo.main(args) or 0)

@@ -131,18 +131,75 @@ def kv_cache_args() -> dict:
     return {"kv_cache_memory_bytes": DEMO_KV_CACHE_BYTES} if "kv_cache_memory_bytes" in fields else {}
 
 
-def run_vllm(model_dir: Path, max_tokens: int, attention_backend: str | None = None, fmt: str = "fp8-block") -> None:
+LOGPROBS_PREFIX = "logprobs "
+
+
+def _logprob_dict(entry) -> dict[str, float]:
+    """{token id as text: logprob} of one position's vLLM logprobs (token id -> Logprob)."""
+    return {str(int(tok)): float(lp.logprob) for tok, lp in (entry or {}).items()}
+
+
+def logprobs_line(prompt: list, output) -> str:
+    """One JSON line: the prompt, the generated ids, each prompt position's logprobs from the second on (the prompt's
+    own token among them: vLLM adds it to the top N) and each generated step's (the sampled token among them)."""
+    record = {"prompt": list(prompt), "generated": [int(t) for t in output.outputs[0].token_ids],
+              "prompt_logprobs": [_logprob_dict(e) for e in (output.prompt_logprobs or [])[1:]],
+              "step_logprobs": [_logprob_dict(e) for e in (output.outputs[0].logprobs or [])]}
+    return LOGPROBS_PREFIX + json.dumps(record, sort_keys=True)
+
+
+def parse_logprobs(text: str) -> list[dict]:
+    """The records ``logprobs_line`` printed, in prompt order."""
+    return [json.loads(line[len(LOGPROBS_PREFIX):]) for line in text.splitlines() if line.startswith(LOGPROBS_PREFIX)]
+
+
+def logprob_gaps(ours: list[dict], ref: list[dict], min_shared: int = 3) -> tuple[float, list[str]]:
+    """The largest |logprob difference| between two runs of the demo on the same prompts, and what makes them
+    incomparable. Compared: every prompt position's logprob of the prompt's own token and of every token both runs
+    report there; each generated step while the generated ids so far agree (greedy ties may flip a token, after
+    which the contexts differ), again over the tokens both report. A position where the runs share fewer than
+    ``min_shared`` reported tokens is a problem: a wrong kernel reorders the top N, a right one moves it by noise."""
+    problems: list[str] = []
+    if [r["prompt"] for r in ours] != [r["prompt"] for r in ref]:
+        return float("inf"), ["the runs did not score the same prompts"]
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        positions = list(zip(a["prompt_logprobs"], b["prompt_logprobs"]))
+        if len(positions) != len(a["prompt"]) - 1 or len(b["prompt_logprobs"]) != len(a["prompt"]) - 1:
+            problems.append(f"prompt {i}: {len(a['prompt_logprobs'])} and {len(b['prompt_logprobs'])} prompt "
+                            f"positions scored, {len(a['prompt']) - 1} expected")
+        steps = 0
+        while (steps < min(len(a["step_logprobs"]), len(b["step_logprobs"]))
+               and a["generated"][:steps] == b["generated"][:steps]):
+            steps += 1
+        if steps == 0:
+            problems.append(f"prompt {i}: no generated step to compare")
+        for where, (x, y) in [(f"position {p + 1}", pair) for p, pair in enumerate(positions)] + \
+                [(f"step {s}", (a["step_logprobs"][s], b["step_logprobs"][s])) for s in range(steps)]:
+            shared = x.keys() & y.keys()
+            if len(shared) < min_shared:
+                problems.append(f"prompt {i} {where}: {len(shared)} tokens in both runs' reports")
+            worst = max([worst] + [abs(x[t] - y[t]) for t in shared])
+    return worst, problems
+
+
+def run_vllm(model_dir: Path, max_tokens: int, attention_backend: str | None = None, fmt: str = "fp8-block",
+             logprobs: int = 0, enforce_eager: bool = False) -> None:
     os.environ.setdefault("BLOCKFP8_LOG_ROWS", "1")
     from vllm import LLM, SamplingParams
 
     # The backend only where asked: vLLM's own choice otherwise (its argument name is vLLM's).
     backend = {"attention_backend": attention_backend} if attention_backend else {}
     llm = LLM(model=str(model_dir), quantization="blockfp8", skip_tokenizer_init=True, max_model_len=512,
-              gpu_memory_utilization=0.3, seed=0, enforce_eager=False, **backend, **kv_cache_args())
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, detokenize=False)
+              gpu_memory_utilization=0.3, seed=0, enforce_eager=enforce_eager, **backend, **kv_cache_args(),
+              **({"max_logprobs": logprobs} if logprobs > 20 else {}))
+    scored = {"logprobs": logprobs, "prompt_logprobs": logprobs} if logprobs > 0 else {}
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, detokenize=False, **scored)
     outputs = llm.generate([{"prompt_token_ids": list(p)} for p in PROMPTS], params)
     for prompt, out in zip(PROMPTS, outputs):
         print(f"prompt {list(prompt)} -> generated {list(out.outputs[0].token_ids)}")
+        if logprobs > 0:
+            print(logprobs_line(prompt, out))
     family = "nvfp4" if fmt == "nvfp4" else "linear"
     print(f"\nkernel rows per layer shape ({family} table of this GPU):")
     for name, (n, k) in linear_shapes(TINY_QWEN3).items():
@@ -178,6 +235,8 @@ def main(args=None) -> int:
     max_tokens = int(getattr(args, "max_tokens", None) or 16)
     attention_backend = getattr(args, "attention_backend", None)
     fmt = getattr(args, "format", None) or "fp8-block"
+    logprobs = int(getattr(args, "logprobs", None) or 0)
+    enforce_eager = bool(getattr(args, "enforce_eager", False))
     reason = gpu_unsupported_reason()
     if reason is not None:
         print(f"blockfp8 demo: {reason}, so vLLM is not started; running every layer shape of the demo "
@@ -188,7 +247,7 @@ def main(args=None) -> int:
     try:
         write_checkpoint(workdir, fmt=fmt)
         print(f"blockfp8 demo: wrote a random-weight {fmt} Qwen3 checkpoint to {workdir}")
-        run_vllm(workdir, max_tokens, attention_backend, fmt)
+        run_vllm(workdir, max_tokens, attention_backend, fmt, logprobs, enforce_eager)
     finally:
         if not keep and not model_dir:
             shutil.rmtree(workdir, ignore_errors=True)
