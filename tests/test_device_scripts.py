@@ -648,3 +648,39 @@ def test_switches_cli_rejects_unknown_cases_and_adds_what_corrupt_row_needs(caps
     monkeypatch.setattr(switches, "run_all", lambda names, jobs, timeout: asked.extend(names) or [])
     assert switches.main(["--cases", "force_linear,corrupt_row"]) == 0
     assert asked == ["gemm_sm90", "gemm_none", "force_linear", "corrupt_row"]
+
+
+_SASS_SPEC = importlib.util.spec_from_file_location("sass_opcode_counts", ROOT / "dev" / "ncu" / "sass_opcode_counts.py")
+sass_counts = importlib.util.module_from_spec(_SASS_SPEC)
+_SASS_SPEC.loader.exec_module(sass_counts)
+
+# cuobjdump's layout: a prologue, a copy loop without MMA, the K loop (two HGMMA, closed by a predicated backward
+# branch), an epilogue ending in the self-branch every kernel ends with.
+_SASS = """
+	code for sm_90a
+		Function : kernel_a
+	.headerflags	@"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                      /* 0x0 */
+        /*0010*/                   LDG.E R2, desc[UR4][R2.64] ;                /* 0x0 */
+        /*0020*/                   IADD3 R3, R3, 0x1, RZ ;                     /* 0x0 */
+        /*0030*/               @P0 BRA 0x20 ;                                  /* 0x0 */
+        /*0040*/                   LDS.64 R16, [R6+UR4] ;                      /* 0x0 */
+        /*0050*/                   HGMMA.64x64x16.F32.BF16 R24, R56, gdesc[UR8], R24, gsb0 ;  /* 0x0 */
+        /*0060*/                   LOP3.LUT R4, R5, 0x81c081c0, RZ, 0xc0, !PT ;  /* 0x0 */
+        /*0070*/                   HGMMA.64x64x16.F32.BF16 R24, R60, gdesc[UR8], R24, gsb0 ;  /* 0x0 */
+        /*0080*/              @!P3 BRA 0x40 ;                                  /* 0x0 */
+        /*0090*/                   STG.E desc[UR4][R2.64], R24 ;               /* 0x0 */
+        /*00a0*/                   EXIT ;                                      /* 0x0 */
+        /*00b0*/                   BRA 0xb0;                                   /* 0x0 */
+		Function : kernel_b
+        /*0000*/                   EXIT ;                                      /* 0x0 */
+"""
+
+
+def test_sass_counts_whole_kernels_and_the_main_loop():
+    whole = sass_counts.counts(_SASS.splitlines())
+    assert sum(whole["kernel_a"].values()) == 12 and whole["kernel_a"]["HGMMA"] == 2 and whole["kernel_a"]["BRA"] == 3
+    loop = sass_counts.counts(_SASS.splitlines(), loop=True)
+    # The MMA loop (0x40..0x80), not the copy loop or the trailing self-branch; a kernel without a loop counts nothing.
+    assert loop["kernel_a"] == {"LDS": 1, "HGMMA": 2, "LOP3": 1, "BRA": 1}
+    assert sum(loop["kernel_b"].values()) == 0
