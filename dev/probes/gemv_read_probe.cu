@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include "../../vllm_blockfp8/csrc/gemv/gemv.h"
+#include "probe_util.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -35,15 +36,6 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
-
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    cudaError_t err_ = (call);                                                         \
-    if (err_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
 
 namespace {
 

@@ -1,6 +1,6 @@
-// Helpers shared by the clock64 probes (dev/probes/wgmma_rate_probe.cu, tma_ingress_probe.cu):
-// each probe kernel writes its CTA's cycle count to cycles[blockIdx.x]; the
-// slowest CTA is the time. keep_live keeps the measured work from being compiled away.
+// Helpers shared by the probes: CHECK and event timing (every probe); for the clock64 probes
+// (dev/probes/wgmma_rate_probe.cu, tma_ingress_probe.cu) each kernel writes its CTA's cycle count to
+// cycles[blockIdx.x], the slowest CTA is the time, and keep_live keeps the measured work from being compiled away.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +8,32 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#define CHECK(call)                                                                    \
+  do {                                                                                 \
+    cudaError_t err_ = (call);                                                         \
+    if (err_ != cudaSuccess) {                                                         \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+// Milliseconds between two events around what `enqueue()` puts on `stream`.
+template <typename Enqueue>
+float elapsed_ms(cudaStream_t stream, Enqueue&& enqueue) {
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  CHECK(cudaEventRecord(start, stream));
+  enqueue();
+  CHECK(cudaEventRecord(stop, stream));
+  CHECK(cudaEventSynchronize(stop));
+  float ms = 0.f;
+  CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(stop));
+  return ms;
+}
 
 // After the timed region: sums the register fragments (any indexable tensor with a size()) and stores the
 // sum only if it is a value the probes' data never gives, so the wgmma and promotions feeding them stay live
