@@ -60,7 +60,7 @@ def collect() -> dict:
         except Exception as e:
             tables[family] = {"error": _error(e)}
     # No GPU: each built arch's GEMM table instead (a pure-Python install has none to list).
-    if getattr(ops, "HAS_CUDA_KERNELS", True) and isinstance(tables.get("gemm"), list) and not tables["gemm"]:
+    if info["extension"].get("compiled") and isinstance(tables.get("gemm"), list) and not tables["gemm"]:
         for table in ("sm89", "sm90", "sm120"):
             try:
                 rows = [dict(row) for row in ops.gemm_table_rows(table)]

@@ -158,9 +158,13 @@ def tune(fmt: str, shape_list: list, tables, timer: Callable, buckets=shapes.TUN
         if len(rows) < 2 or default is None:
             progress(f"[{i}/{len(points)}] N={n} K={k} M={m}: {family or 'no row table'} has no choice to make")
             continue
-        times = timer(family, rows, m, n, k)
-        if "" in times:  # the op's own choice timed as it runs (row=None), standing for its row's time
-            times[default] = times.pop("")
+        def timed(candidates: list) -> dict:
+            t = timer(family, candidates, m, n, k)
+            if "" in t:  # the op's own choice timed as it runs (row=None), standing for its row's time
+                t[default] = t.pop("")
+            return t
+
+        times = timed(rows)
         entry = {"family": family, "n": n, "k": k, "m": m, "m_min": lo, "m_max": m, "default_row": default,
                  "times_us": {r: round(t, 3) for r, t in times.items()}}
         best = min(times, key=times.get)
@@ -169,9 +173,7 @@ def tune(fmt: str, shape_list: list, tables, timer: Callable, buckets=shapes.TUN
         if best != default and times[default] / times[best] - 1.0 >= tuning.MIN_GAIN:
             # A win near the threshold can be a noisy replay: the two rows are timed again, on their own, and an
             # override needs its gain in both timings (tuning.select_overrides).
-            again = timer(family, [default, best], m, n, k)
-            if "" in again:
-                again[default] = again.pop("")
+            again = timed([default, best])
             entry["confirm_us"] = {r: round(t, 3) for r, t in again.items()}
             line += f"; again {again[default]:.2f} vs {again[best]:.2f} us"
         out.append(entry)
