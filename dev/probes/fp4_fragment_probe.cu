@@ -16,10 +16,9 @@
 // 2t + 1; (2, 3) = row g + 8, same k; (4, 5) = row g, k 2t + 8, 2t + 9; (6, 7) = row g + 8, same k (k relative to
 // 64 S + 16 kk). So decode_paired's pairs ARE the fragment registers a[0..3]. A lane loads its 16 bytes straight
 // into registers (no shared memory: the bytes are its own), kPrefetch stages ahead.
-// Scale fragment, two variants: e4m3 (the checkpoint's bytes, permuted): per (R, S) 64 bytes, group g's 8 at 8 g,
-// bytes 0-3 = row g's scales of steps 0-3, 4-7 = row g + 8's; or bf16 (converted once at load to the bits of
-// scale * 2^119 that the HMUL2 multiplies by, decode.cuh): per (R, S) 128 bytes, group g's 16 at 16 g, words
-// {row g steps 0, 1}, {row g steps 2, 3}, {row g + 8 steps 0, 1}, {row g + 8 steps 2, 3}, low half first.
+// Scale fragment, three formats (fp4_frag_scales.cuh): per (R, S) the scales of lane group g (rows g, g + 8, steps
+// 0-3) together, as e4m3 (the checkpoint's bytes, permuted), as bf16 bits of scale * 2^119 (converted once at load:
+// 2 bytes a scale), or as exp8 (one byte a scale, 3 instructions per two scales; zero-scale groups' codes zeroed).
 // x: the product kernel's cp.async ring with the 128-byte swizzle (w4a16_wgmma.cuh), 4 stages, TOK tokens.
 //
 // A third design keeps today's packing (the GEMV's; no second copy of the weight): permx_wgmma_kernel permutes x's
@@ -27,7 +26,7 @@
 //
 // Side by side in one run, no K split (the shapes fill the GPU with output tiles), bf16, CUDA graphs over weight
 // copies that do not fit L2: the product's paired wgmma kernel (w4a16_wgmma_kernel), the permuted-x kernel on the
-// same bytes, the fragment kernel with e4m3 scales, and with bf16 scales. Each is first checked against a naive
+// same bytes, the fragment kernel with each scale format. Each is first checked against a naive
 // fp32 reference kernel on a ragged problem (M = TOK - 3). Printed and written as JSON: us, the floor (bytes over
 // the measured copy rate), x the floor.
 //
@@ -48,6 +47,7 @@
 #include <vector>
 
 #include "../../vllm_blockfp8/csrc/fp4/sm90/w4a16_wgmma.cuh"
+#include "fp4_frag_scales.cuh"
 #include "fp4_probe_data.cuh"
 
 namespace probe {
@@ -62,43 +62,6 @@ constexpr int kPrefetch = 4;    // weight (and scale) stages held in registers p
 
 template <int TOK>
 constexpr int frag_smem_bytes() { return kFragStages * TOK * kXRowBytes + 1024; }
-
-template <bool BF16_SCALES>
-using ScaleVec = std::conditional_t<BF16_SCALES, uint4, uint2>;
-
-// Two e4m3 scales (low byte first) -> each duplicated as a bf16 pair of scale * 2^119: e4m3x2 -> f16x2 (exact) ->
-// fp32 x 2^119 (exact) -> one bf16 pair (exact: 4 significant bits), whose halves the HMUL2s take through operand
-// selectors (no duplicating PRMT).
-__device__ __forceinline__ void scale_pair_halves(uint32_t two, uint32_t& s0, uint32_t& s1) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
-  const float2 f = __half22float2(sm80::bit_cast<__half2>(uint32_t(h.x) | (uint32_t(h.y) << 16)));
-  const float two119 = __uint_as_float(0x7b000000u);
-  const __nv_bfloat162 v = __floats2bfloat162_rn(f.x * two119, f.y * two119);
-  s0 = sm80::bit_cast<uint32_t>(__low2bfloat162(v));
-  s1 = sm80::bit_cast<uint32_t>(__high2bfloat162(v));
-}
-
-// Step kk's scales of rows g and g + 8 as duplicated bf16 pairs (scale * 2^119 in each half).
-template <bool BF16_SCALES>
-__device__ __forceinline__ void step_scales(const ScaleVec<BF16_SCALES>& s, int kk, uint32_t& s0, uint32_t& s1) {
-  if constexpr (BF16_SCALES) {
-    const uint32_t g = (kk >> 1) ? s.y : s.x, g8 = (kk >> 1) ? s.w : s.z;
-    const __nv_bfloat162 vg = sm80::bit_cast<__nv_bfloat162>(g), vg8 = sm80::bit_cast<__nv_bfloat162>(g8);
-    s0 = sm80::bit_cast<uint32_t>((kk & 1) ? __high2bfloat162(vg) : __low2bfloat162(vg));
-    s1 = sm80::bit_cast<uint32_t>((kk & 1) ? __high2bfloat162(vg8) : __low2bfloat162(vg8));
-  } else {
-    scale_pair_halves(perm(s.x, s.y, uint32_t(kk) | (uint32_t(kk + 4) << 4)), s0, s1);
-  }
-}
-
-template <bool BF16_SCALES>
-__device__ __forceinline__ ScaleVec<BF16_SCALES> load_scales(const ScaleVec<BF16_SCALES>* base, int64_t index) {
-  if constexpr (BF16_SCALES) {
-    return sm80::load_weight(base + index);
-  } else {
-    return __ldg(base + index);
-  }
-}
 
 // The dynamic shared window rounded up to the 1024-byte swizzle atom (the x ring starts there).
 __device__ __forceinline__ uint32_t ring_address(const uint8_t* smem_raw) {
@@ -164,7 +127,7 @@ __device__ __forceinline__ void store_tile(float (&acc)[TOK / 2], const float* g
 
 // One CTA: 128 weight rows (8 warps, warp w the 16-row tile 8 blockIdx.y + w) x TOK tokens, all of K. N % 128 == 0,
 // K % 64 == 0, x rows 16-byte aligned.
-template <int TOK, bool BF16_SCALES>
+template <int TOK, Scales S>
 __global__ void __launch_bounds__(kThreads, TOK == 256 ? 1 : 2)
     frag_wgmma_kernel(const bf16* __restrict__ x, const uint4* __restrict__ w_frag, const void* __restrict__ s_frag,
                       const float* __restrict__ global_scale, bf16* __restrict__ out, int m, int n, int k,
@@ -179,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, TOK == 256 ? 1 : 2)
   // This lane's 16 bytes of (tile, stage 0); each stage 32 uint4 further. Scales: 8 groups per (tile, stage). The
   // pointers advance by a constant per stage, so no address is rebuilt inside the loop.
   const uint4* w_next = w_frag + int64_t(tile) * stages * 32 + lane;
-  const ScaleVec<BF16_SCALES>* s_next = static_cast<const ScaleVec<BF16_SCALES>*>(s_frag) + int64_t(tile) * stages * 8 + g;
+  const ScaleVec<S>* s_next = static_cast<const ScaleVec<S>*>(s_frag) + int64_t(tile) * stages * 8 + g;
 
   // x copies: this thread's rows xr + 32 it (valid or zero-filled: fixed over K), chunk xc; the source advances
   // 64 elements a stage, the destination by a stage's bytes around the ring.
@@ -207,10 +170,10 @@ __global__ void __launch_bounds__(kThreads, TOK == 256 ? 1 : 2)
 #pragma unroll
   for (int j = 0; j < TOK / 2; ++j) acc[j] = 0.f;
   uint4 wq[kPrefetch];
-  ScaleVec<BF16_SCALES> sq[kPrefetch];
+  ScaleVec<S> sq[kPrefetch];
   auto load_w = [&](int p) {
     wq[p] = sm80::load_weight(w_next);
-    sq[p] = load_scales<BF16_SCALES>(s_next, 0);
+    sq[p] = load_scales<S>(s_next, 0);
     w_next += 32;
     s_next += 8;
   };
@@ -218,13 +181,8 @@ __global__ void __launch_bounds__(kThreads, TOK == 256 ? 1 : 2)
     const uint64_t desc = sw128_kmajor_desc(ring + (uint32_t(kt) % kFragStages) * kXBytes);
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
-      uint32_t f[4], s0, s1;
-      decode_paired<bf16>(sm80::word(wq[p], kk), f);
-      step_scales<BF16_SCALES>(sq[p], kk, s0, s1);
-      f[0] = mul2<bf16>(f[0], s0);
-      f[1] = mul2<bf16>(f[1], s1);
-      f[2] = mul2<bf16>(f[2], s0);
-      f[3] = mul2<bf16>(f[3], s1);
+      uint32_t f[4];
+      fragment_step<S>(wq[p], sq[p], kk, f);
       // The last step has read this stage's registers: refill them kPrefetch stages ahead.
       if (kk == kSteps - 1 && kt + kPrefetch < stages) load_w(p);
       wgmma_step<TOK>(acc, f, desc + 2 * kk);  // + 32 bytes: the descriptor counts 16-byte units
@@ -325,15 +283,11 @@ __global__ void __launch_bounds__(kThreads, TOK == 256 ? 1 : 2)
 
 // ---- launching and timing ----------------------------------------------------------------------------------------
 
-enum class Impl { kPaired, kPermX, kFragE4m3, kFragBf16 };
+enum class Impl { kPaired, kPermX, kFragE4m3, kFragBf16, kFragExp8 };
 const char* impl_name(Impl i) {
   return i == Impl::kPaired ? "paired_wgmma" : i == Impl::kPermX ? "paired_permx" :
-         i == Impl::kFragE4m3 ? "frag_e4m3_scales" : "frag_bf16_scales";
+         i == Impl::kFragE4m3 ? "frag_e4m3_scales" : i == Impl::kFragBf16 ? "frag_bf16_scales" : "frag_exp8_scales";
 }
-
-struct Operands {  // one weight copy in every packing
-  uint8_t *paired, *scales, *frag, *frag_s8, *frag_s16;
-};
 
 template <int TOK>
 void launch(Impl impl, const Operands& o, const bf16* x, const float* gs, bf16* out, int m, int n, int k,
@@ -345,11 +299,14 @@ void launch(Impl impl, const Operands& o, const bf16* x, const float* gs, bf16* 
   } else if (impl == Impl::kPermX) {
     permx_wgmma_kernel<TOK><<<grid, kThreads, frag_smem_bytes<TOK>(), st>>>(x, o.paired, o.scales, gs, out, m, n, k, k);
   } else if (impl == Impl::kFragE4m3) {
-    frag_wgmma_kernel<TOK, false><<<grid, kThreads, frag_smem_bytes<TOK>(), st>>>(
+    frag_wgmma_kernel<TOK, Scales::kE4m3><<<grid, kThreads, frag_smem_bytes<TOK>(), st>>>(
         x, reinterpret_cast<const uint4*>(o.frag), o.frag_s8, gs, out, m, n, k, k);
-  } else {
-    frag_wgmma_kernel<TOK, true><<<grid, kThreads, frag_smem_bytes<TOK>(), st>>>(
+  } else if (impl == Impl::kFragBf16) {
+    frag_wgmma_kernel<TOK, Scales::kBf16><<<grid, kThreads, frag_smem_bytes<TOK>(), st>>>(
         x, reinterpret_cast<const uint4*>(o.frag), o.frag_s16, gs, out, m, n, k, k);
+  } else {
+    frag_wgmma_kernel<TOK, Scales::kExp8><<<grid, kThreads, frag_smem_bytes<TOK>(), st>>>(
+        x, reinterpret_cast<const uint4*>(o.frag_z), o.frag_x8, gs, out, m, n, k, k);
   }
 }
 
@@ -359,9 +316,11 @@ void set_attributes() {
                              WgmmaTile<TOK>::kSmemBytes));
   CHECK(cudaFuncSetAttribute(permx_wgmma_kernel<TOK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              frag_smem_bytes<TOK>()));
-  CHECK(cudaFuncSetAttribute(frag_wgmma_kernel<TOK, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CHECK(cudaFuncSetAttribute(frag_wgmma_kernel<TOK, Scales::kE4m3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              frag_smem_bytes<TOK>()));
-  CHECK(cudaFuncSetAttribute(frag_wgmma_kernel<TOK, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CHECK(cudaFuncSetAttribute(frag_wgmma_kernel<TOK, Scales::kBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             frag_smem_bytes<TOK>()));
+  CHECK(cudaFuncSetAttribute(frag_wgmma_kernel<TOK, Scales::kExp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              frag_smem_bytes<TOK>()));
 }
 
@@ -370,66 +329,6 @@ void launch_tok(int tok, Impl impl, const Operands& o, const bf16* x, const floa
   if (tok == 64) launch<64>(impl, o, x, gs, out, m, n, k, st);
   else if (tok == 128) launch<128>(impl, o, x, gs, out, m, n, k, st);
   else launch<256>(impl, o, x, gs, out, m, n, k, st);
-}
-
-// Largest |out - ref| / (2^-8 |ref| + 2^-16 sum |terms|): bf16 output rounding plus fp32 accumulation order; a wrong
-// code or scale among K moves a sum by ~sum |terms| / K, far above the second term. <= 1 passes.
-double check_tok(int tok, Impl impl, int m, int n, int k, std::mt19937& rng) {
-  std::vector<uint8_t> codes(size_t(n) * k);
-  for (auto& c : codes) c = uint8_t(rng() & 15);
-  const std::vector<uint8_t> scales = random_scales(rng, size_t(n) * k / 16);
-  std::vector<bf16> xh(size_t(m) * k);
-  std::normal_distribution<float> normal;
-  for (auto& v : xh) v = __float2bfloat16(normal(rng));
-  const Packed p = pack(codes, scales, n, k);
-  Operands o{upload(p.paired), upload(scales), upload(p.frag), upload(p.frag_s8), upload(p.frag_s16)};
-  bf16* x = upload(xh);
-  float* gs = upload(std::vector<float>(n, 1.f));
-  uint8_t* dcodes = upload(codes);
-  float *ref, *abs_sum;
-  bf16* out;
-  CHECK(cudaMalloc(&ref, size_t(m) * n * 4));
-  CHECK(cudaMalloc(&abs_sum, size_t(m) * n * 4));
-  CHECK(cudaMalloc(&out, size_t(m) * n * 2));
-  CHECK(cudaMemset(out, 0xff, size_t(m) * n * 2));  // NaN: an output never written fails
-  reference_kernel<<<unsigned((int64_t(m) * n + 255) / 256), 256>>>(x, dcodes, o.scales, ref, abs_sum, m, n, k);
-  launch_tok(tok, impl, o, x, gs, out, m, n, k, 0);
-  CHECK(cudaGetLastError());
-  CHECK(cudaDeviceSynchronize());
-  std::vector<float> r(size_t(m) * n), a(size_t(m) * n);
-  std::vector<bf16> got(size_t(m) * n);
-  CHECK(cudaMemcpy(r.data(), ref, r.size() * 4, cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(a.data(), abs_sum, a.size() * 4, cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost));
-  double worst = 0.0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    const double err = std::fabs(double(__bfloat162float(got[i])) - r[i]);
-    const double ratio = err / (std::ldexp(std::fabs(r[i]), -8) + std::ldexp(a[i], -16) + 1e-30);
-    worst = std::isnan(ratio) ? INFINITY : std::max(worst, ratio);
-  }
-  for (void* ptr : {(void*)o.paired, (void*)o.scales, (void*)o.frag, (void*)o.frag_s8, (void*)o.frag_s16, (void*)x,
-                    (void*)gs, (void*)dcodes, (void*)ref, (void*)abs_sum, (void*)out})
-    CHECK(cudaFree(ptr));
-  return worst;
-}
-
-// Microseconds per launch: a graph of `copies` launches, one per weight copy (together larger than L2), replayed.
-double time_tok(int tok, Impl impl, const std::vector<Operands>& copies, const bf16* x, const float* gs, bf16* out,
-                int m, int n, int k, cudaStream_t st) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (const Operands& o : copies) launch_tok(tok, impl, o, x, gs, out, m, n, k, st);
-  CHECK(cudaStreamEndCapture(st, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, st));
-  constexpr int kReplays = 20;
-  const float ms = elapsed_ms(st, [&] {
-    for (int i = 0; i < kReplays; ++i) CHECK(cudaGraphLaunch(exec, st));
-  });
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  return 1e3 * ms / (kReplays * copies.size());
 }
 
 }  // namespace probe
@@ -441,12 +340,15 @@ int main(int argc, char** argv) {
   set_attributes<128>();
   set_attributes<256>();
   std::mt19937 rng(0);
-  const Impl impls[] = {Impl::kPaired, Impl::kPermX, Impl::kFragE4m3, Impl::kFragBf16};
-  constexpr int kImpls = 4;
+  const Impl impls[] = {Impl::kPaired, Impl::kPermX, Impl::kFragE4m3, Impl::kFragBf16, Impl::kFragExp8};
+  constexpr int kImpls = 5;
   bool ok = true;
   for (int tok : {64, 128, 256})
     for (Impl impl : impls) {
-      const double worst = check_tok(tok, impl, tok - 3, 512, 1024, rng);
+      const double worst = check_launch(tok - 3, 512, 1024, rng, [&](const Operands& o, const bf16* x, const float* gs,
+                                                                      bf16* out, cudaStream_t st) {
+        launch_tok(tok, impl, o, x, gs, out, tok - 3, 512, 1024, st);
+      });
       std::printf("check %-17s tok %3d M %3d N 512 K 1024: worst error / bound %.3f %s\n", impl_name(impl), tok,
                   tok - 3, worst, worst <= 1.0 ? "ok" : "FAIL");
       ok = ok && worst <= 1.0;
@@ -455,63 +357,31 @@ int main(int argc, char** argv) {
   cudaStream_t st;
   CHECK(cudaStreamCreate(&st));
   const double rate = copy_rate(st);
-  int sms = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
-  FILE* f = std::fopen(path, "w");
-  const char* git = std::getenv("BLOCKFP8_GIT_STATE");
-  std::fprintf(f, "{\"probe\": \"fp4_fragment_probe\", \"gpu\": \"%s\", \"git\": \"%s\", \"sms\": %d, "
-               "\"copy_bytes_per_s\": %.4g, \"checks_passed\": %s, \"results\": [\n",
-               prop.name, git ? git : "unknown", sms, rate, ok ? "true" : "false");
+  FILE* f = open_json(path, "fp4_fragment_probe", rate, ok);
   // Shapes whose output tiles fill the GPU at every M here without a K split (192-256 128-row tiles).
   const int shapes[][2] = {{24576, 1536}, {24576, 4096}, {32768, 512}};
   bool first = true;
-  std::printf("%-14s %5s %4s %8s", "N x K", "M", "tok", "floor");
-  for (Impl impl : impls) std::printf(" %17s", impl_name(impl));
-  std::printf("   (us, and x the floor)\n");
+  std::printf("N x K, M, the token tile, the floor (us); then each variant: us (x the floor)\n");
   for (const auto& shape : shapes) {
     const int n = shape[0], k = shape[1];
-    const size_t wbytes = size_t(n) * k / 2, sbytes = size_t(n) * k / 16;
-    const int ncopies = int(std::max<size_t>(2, (size_t(160) << 20) / (wbytes + sbytes) + 1));
-    std::vector<probe::Operands> copies(ncopies);
-    for (auto& o : copies) {  // random bytes: every code is valid; scales from the same safe range
-      std::vector<uint8_t> w(wbytes), s8 = random_scales(rng, sbytes), s16(2 * sbytes);
-      for (auto& b : w) b = uint8_t(rng());
-      for (size_t i = 0; i < sbytes; ++i) {
-        const uint16_t h = scale_bits(s8[i]);
-        std::memcpy(&s16[2 * i], &h, 2);
-      }
-      o = {upload(w), upload(s8), upload(w), upload(s8), upload(s16)};
-    }
+    const std::vector<Operands> copies = timing_copies(rng, n, k);
     for (int m : {32, 64, 128, 256}) {
       const int tok = m <= 64 ? 64 : m <= 128 ? 128 : 256;
-      std::vector<bf16> xh(size_t(m) * k, __float2bfloat16(0.5f));
-      bf16* x = upload(xh);
-      float* gs = upload(std::vector<float>(n, 1.f));
-      bf16* out;
-      CHECK(cudaMalloc(&out, size_t(m) * n * 2));
-      const double floor_us = 1e6 * double(wbytes + sbytes + size_t(m) * k * 2 + size_t(m) * n * 2) / rate;
-      std::printf("%6dx%-7d %5d %4d %8.1f", n, k, m, tok, floor_us);
+      const Point pt(m, n, k, rate);
+      std::printf("%6dx%-6d M %3d tok %3d floor %5.1f:", n, k, m, tok, pt.floor_us);
       std::fprintf(f, "%s  {\"n\": %d, \"k\": %d, \"m\": %d, \"tok\": %d, \"floor_us\": %.3f", first ? "" : ",\n", n,
-                   k, m, tok, floor_us);
+                   k, m, tok, pt.floor_us);
       for (int i = 0; i < kImpls; ++i) {  // the bf16-scale variant reads 1/16 byte per weight more: not in its floor
-        const double us = time_tok(tok, impls[i], copies, x, gs, out, m, n, k, st);
-        std::printf(" %9.1f (%5.2fx)", us, us / floor_us);
-        std::fprintf(f, ", \"%s_us\": %.3f", impl_name(impls[i]), us);
+        const double us = time_launch(copies, st, [&](const Operands& o, cudaStream_t s) {
+          launch_tok(tok, impls[i], o, pt.x, pt.gs, pt.out, m, n, k, s);
+        });
+        record(f, impl_name(impls[i]), us, pt.floor_us);
       }
       std::printf("\n");
       std::fprintf(f, "}");
       first = false;
-      CHECK(cudaFree(x));
-      CHECK(cudaFree(gs));
-      CHECK(cudaFree(out));
     }
-    for (auto& o : copies)
-      for (void* ptr : {(void*)o.paired, (void*)o.scales, (void*)o.frag, (void*)o.frag_s8, (void*)o.frag_s16})
-        CHECK(cudaFree(ptr));
+    for (auto& o : copies) free_operands(o);
   }
-  std::fprintf(f, "\n]}\n");
-  std::fclose(f);
-  return ok ? 0 : 1;
+  return close_json(f, ok);
 }

@@ -1,11 +1,13 @@
-// Host-side data of dev/probes/fp4_fragment_probe.cu: NVFP4 codes and scales decoded to float, the fp32 reference
-// kernel the probe checks every variant against, the packings it times (today's paired bytes, the A-fragment order
-// with e4m3 or bf16 scales), random inputs, and the copy rate the floor uses.
+// Host-side data of the NVFP4 fragment probes (fp4_fragment_probe.cu, fp4_frag_gemv_probe.cu): NVFP4 codes and
+// scales decoded to float, the fp32 reference kernel every variant is checked against, the packings they time
+// (today's paired bytes; the A-fragment order with its scales as e4m3, bf16 or exp8: fp4_frag_scales.cuh), random
+// inputs, and the copy rate the floor uses.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -61,8 +63,9 @@ inline uint32_t paired_word(const int (&codes)[8]) {
   return w;
 }
 
+// frag_z: the fragment codes with every zero-scale group's codes zeroed, which the exp8 scales (frag_x8) need.
 struct Packed {
-  std::vector<uint8_t> paired, frag, frag_s8, frag_s16;
+  std::vector<uint8_t> paired, frag, frag_z, frag_s8, frag_s16, frag_x8;
 };
 
 // bf16 bits of scale * 2^119 (exact: an e4m3 value has 4 significant bits and 448 * 2^119 < bf16's max).
@@ -71,6 +74,17 @@ inline uint16_t scale_bits(uint8_t b) {
   uint32_t u;
   std::memcpy(&u, &v, 4);
   return uint16_t(u >> 16);
+}
+
+// The exp8 byte of a positive e4m3 scale (fp4_frag_scales.cuh); 0 for a zero scale (its group's codes are zeroed).
+inline uint8_t exp8_byte(uint8_t b) {
+  if ((b & 0x7f) == 0) return 0;
+  if ((b & 0x80) != 0) {
+    std::fprintf(stderr, "exp8: negative scale 0x%02x\n", b);
+    std::exit(1);
+  }
+  const uint16_t h = scale_bits(b);
+  return uint8_t(((((h >> 7) & 0xff) - 237) << 3) | ((h >> 4) & 7));
 }
 
 inline Packed pack(const std::vector<uint8_t>& codes, const std::vector<uint8_t>& scales, int n, int k) {
@@ -85,8 +99,10 @@ inline Packed pack(const std::vector<uint8_t>& codes, const std::vector<uint8_t>
     }
   const int stages = k / 64, tiles = n / 16;
   p.frag.resize(size_t(n) * k / 2);
+  p.frag_z.resize(size_t(n) * k / 2);
   p.frag_s8.resize(size_t(n) * k / 16);
   p.frag_s16.resize(size_t(n) * k / 8);
+  p.frag_x8.resize(size_t(n) * k / 16);
   for (int tile = 0; tile < tiles; ++tile)
     for (int s = 0; s < stages; ++s) {
       const size_t block = size_t(tile) * stages + s;
@@ -94,11 +110,16 @@ inline Packed pack(const std::vector<uint8_t>& codes, const std::vector<uint8_t>
         const int g = lane / 4, t = lane % 4, r0 = 16 * tile + g, r1 = r0 + 8;
         for (int kk = 0; kk < 4; ++kk) {
           const int k0 = 64 * s + 16 * kk + 2 * t;
-          auto code = [&](int r, int kc) { return int(codes[size_t(r) * k + kc]); };
-          const int c[8] = {code(r0, k0), code(r0, k0 + 1), code(r1, k0),     code(r1, k0 + 1),
-                            code(r0, k0 + 8), code(r0, k0 + 9), code(r1, k0 + 8), code(r1, k0 + 9)};
-          const uint32_t w = paired_word(c);
-          std::memcpy(&p.frag[block * 512 + 16 * lane + 4 * kk], &w, 4);
+          for (const bool zeroed : {false, true}) {
+            auto code = [&](int r, int kc) {
+              const bool zero_scale = (scales[size_t(r) * (k / 16) + kc / 16] & 0x7f) == 0;
+              return zeroed && zero_scale ? 0 : int(codes[size_t(r) * k + kc]);
+            };
+            const int c[8] = {code(r0, k0), code(r0, k0 + 1), code(r1, k0),     code(r1, k0 + 1),
+                              code(r0, k0 + 8), code(r0, k0 + 9), code(r1, k0 + 8), code(r1, k0 + 9)};
+            const uint32_t w = paired_word(c);
+            std::memcpy(&(zeroed ? p.frag_z : p.frag)[block * 512 + 16 * lane + 4 * kk], &w, 4);
+          }
         }
       }
       for (int g = 0; g < 8; ++g)
@@ -106,6 +127,7 @@ inline Packed pack(const std::vector<uint8_t>& codes, const std::vector<uint8_t>
           for (int kk = 0; kk < 4; ++kk) {
             const uint8_t b = scales[size_t(16 * tile + g + 8 * half) * (k / 16) + 4 * s + kk];
             p.frag_s8[block * 64 + 8 * g + 4 * half + kk] = b;
+            p.frag_x8[block * 64 + 8 * g + 4 * half + kk] = exp8_byte(b);
             const uint16_t h = scale_bits(b);
             std::memcpy(&p.frag_s16[block * 128 + 16 * g + 8 * half + 2 * kk], &h, 2);
           }
@@ -144,6 +166,156 @@ inline double copy_rate(cudaStream_t st) {
   CHECK(cudaFree(a));
   CHECK(cudaFree(b));
   return 2.0 * 5 * double(bytes) / (ms * 1e-3);
+}
+
+// ---- operands, checking and timing ----------------------------------------------------------------------------
+
+struct Operands {  // one weight copy in every packing, on the device
+  uint8_t *paired, *scales, *frag, *frag_z, *frag_s8, *frag_s16, *frag_x8;
+};
+
+inline Operands upload_operands(const Packed& p, const std::vector<uint8_t>& scales) {
+  return {upload(p.paired), upload(scales), upload(p.frag), upload(p.frag_z), upload(p.frag_s8), upload(p.frag_s16),
+          upload(p.frag_x8)};
+}
+
+// A timing copy: random bytes (every code is valid in every packing) and scales from the checks' range.
+inline Operands random_operands(std::mt19937& rng, int n, int k) {
+  const size_t wbytes = size_t(n) * k / 2, sbytes = size_t(n) * k / 16;
+  std::vector<uint8_t> w(wbytes), s8 = random_scales(rng, sbytes), s16(2 * sbytes);
+  for (auto& b : w) b = uint8_t(rng());
+  for (size_t i = 0; i < sbytes; ++i) {
+    const uint16_t h = scale_bits(s8[i]);
+    std::memcpy(&s16[2 * i], &h, 2);
+  }
+  return {upload(w), upload(s8), upload(w), upload(w), upload(s8), upload(s16), upload(s8)};
+}
+
+inline void free_operands(const Operands& o) {
+  for (void* ptr : {(void*)o.paired, (void*)o.scales, (void*)o.frag, (void*)o.frag_z, (void*)o.frag_s8,
+                    (void*)o.frag_s16, (void*)o.frag_x8})
+    CHECK(cudaFree(ptr));
+}
+
+// launch(operands, x, global_scale, out, stream) on random codes, scales (zeros and subnormals among them) and x
+// [m, k], against reference_kernel: the largest |out - ref| / (2^-8 |ref| + 2^-16 sum |terms|), i.e. bf16 output
+// rounding plus fp32 accumulation order; a wrong code or scale among K moves a sum by ~sum |terms| / K, far above
+// the second term. <= 1 passes; an output never written (NaN-poisoned) fails.
+template <class Launch>
+double check_launch(int m, int n, int k, std::mt19937& rng, Launch&& launch) {
+  std::vector<uint8_t> codes(size_t(n) * k);
+  for (auto& c : codes) c = uint8_t(rng() & 15);
+  const std::vector<uint8_t> scales = random_scales(rng, size_t(n) * k / 16);
+  std::vector<bf16> xh(size_t(m) * k);
+  std::normal_distribution<float> normal;
+  for (auto& v : xh) v = __float2bfloat16(normal(rng));
+  const Operands o = upload_operands(pack(codes, scales, n, k), scales);
+  bf16* x = upload(xh);
+  float* gs = upload(std::vector<float>(n, 1.f));
+  uint8_t* dcodes = upload(codes);
+  float *ref, *abs_sum;
+  bf16* out;
+  CHECK(cudaMalloc(&ref, size_t(m) * n * 4));
+  CHECK(cudaMalloc(&abs_sum, size_t(m) * n * 4));
+  CHECK(cudaMalloc(&out, size_t(m) * n * 2));
+  CHECK(cudaMemset(out, 0xff, size_t(m) * n * 2));
+  reference_kernel<<<unsigned((int64_t(m) * n + 255) / 256), 256>>>(x, dcodes, o.scales, ref, abs_sum, m, n, k);
+  launch(o, x, gs, out, cudaStream_t(0));
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  std::vector<float> r(size_t(m) * n), a(size_t(m) * n);
+  std::vector<bf16> got(size_t(m) * n);
+  CHECK(cudaMemcpy(r.data(), ref, r.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(a.data(), abs_sum, a.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost));
+  double worst = 0.0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    const double err = std::fabs(double(__bfloat162float(got[i])) - r[i]);
+    const double ratio = err / (std::ldexp(std::fabs(r[i]), -8) + std::ldexp(a[i], -16) + 1e-30);
+    worst = std::isnan(ratio) ? INFINITY : std::max(worst, ratio);
+  }
+  free_operands(o);
+  for (void* ptr : {(void*)x, (void*)gs, (void*)dcodes, (void*)ref, (void*)abs_sum, (void*)out}) CHECK(cudaFree(ptr));
+  return worst;
+}
+
+// Microseconds per launch: a graph of one launch(copy, stream) per weight copy (together larger than L2), replayed.
+template <class Launch>
+double time_launch(const std::vector<Operands>& copies, cudaStream_t st, Launch&& launch) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (const Operands& o : copies) launch(o, st);
+  CHECK(cudaStreamEndCapture(st, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, st));
+  constexpr int kReplays = 20;
+  const float ms = elapsed_ms(st, [&] {
+    for (int i = 0; i < kReplays; ++i) CHECK(cudaGraphLaunch(exec, st));
+  });
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  return 1e3 * ms / (kReplays * copies.size());
+}
+
+// The timing copies of one shape: enough weight copies that together they exceed L2 (160 MB), at least 2.
+inline std::vector<Operands> timing_copies(std::mt19937& rng, int n, int k) {
+  const size_t bytes = size_t(n) * k / 2 + size_t(n) * k / 16;
+  std::vector<Operands> copies(std::max<size_t>(2, (size_t(160) << 20) / bytes + 1));
+  for (auto& o : copies) o = random_operands(rng, n, k);
+  return copies;
+}
+
+// One timed point: x [m, k] = 0.5, global scales 1, the output, and the floor: packed weight + e4m3 scales + x + out
+// over the measured copy rate.
+struct Point {
+  bf16* x = nullptr;
+  float* gs = nullptr;
+  bf16* out = nullptr;
+  double floor_us = 0.0;
+  Point(int m, int n, int k, double copy_rate) {
+    x = upload(std::vector<bf16>(size_t(m) * k, __float2bfloat16(0.5f)));
+    gs = upload(std::vector<float>(n, 1.f));
+    CHECK(cudaMalloc(&out, size_t(m) * n * 2));
+    const size_t bytes = size_t(n) * k / 2 + size_t(n) * k / 16 + size_t(m) * k * 2 + size_t(m) * n * 2;
+    floor_us = 1e6 * double(bytes) / copy_rate;
+  }
+  Point(const Point&) = delete;
+  Point& operator=(const Point&) = delete;
+  ~Point() {
+    CHECK(cudaFree(x));
+    CHECK(cudaFree(gs));
+    CHECK(cudaFree(out));
+  }
+};
+
+// The JSON file's opening: the probe, the GPU, the git state (BLOCKFP8_GIT_STATE), the copy rate, the checks.
+inline FILE* open_json(const char* path, const char* probe_name, double copy_rate, bool checks_passed) {
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  FILE* f = std::fopen(path, "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "cannot write %s\n", path);
+    std::exit(1);
+  }
+  const char* git = std::getenv("BLOCKFP8_GIT_STATE");
+  std::fprintf(f, "{\"probe\": \"%s\", \"gpu\": \"%s\", \"git\": \"%s\", \"sms\": %d, \"copy_bytes_per_s\": %.4g, "
+               "\"checks_passed\": %s, \"results\": [\n",
+               probe_name, prop.name, git ? git : "unknown", prop.multiProcessorCount, copy_rate,
+               checks_passed ? "true" : "false");
+  return f;
+}
+
+// One timed variant of a point: printed (us, x the floor) and written as "<name>_us".
+inline void record(FILE* f, const char* name, double us, double floor_us) {
+  std::printf("  %s %.1f (%.2fx)", name, us, us / floor_us);
+  std::fprintf(f, ", \"%s_us\": %.3f", name, us);
+}
+
+inline int close_json(FILE* f, bool checks_passed) {
+  std::fprintf(f, "\n]}\n");
+  std::fclose(f);
+  return checks_passed ? 0 : 1;
 }
 
 }  // namespace probe
