@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
                    pt.floor_us);
       for (const Variant& v : kVariants) {
         if (m > v.max_m || (v.max_m == 16 && m <= 8)) continue;  // each M against the rows of its class
-        const double us = time_launch(copies, st, [&](const Operands& o, cudaStream_t s) {
+        const double us = time_launch(copies, [&](const Operands& o, cudaStream_t s) {
           v.launch(o, pt.x, pt.gs, pt.out, m, n, k, s);
         });
         record(f, v.name, us, pt.floor_us);

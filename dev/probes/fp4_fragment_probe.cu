@@ -372,7 +372,7 @@ int main(int argc, char** argv) {
       std::fprintf(f, "%s  {\"n\": %d, \"k\": %d, \"m\": %d, \"tok\": %d, \"floor_us\": %.3f", first ? "" : ",\n", n,
                    k, m, tok, pt.floor_us);
       for (int i = 0; i < kImpls; ++i) {  // the bf16-scale variant reads 1/16 byte per weight more: not in its floor
-        const double us = time_launch(copies, st, [&](const Operands& o, cudaStream_t s) {
+        const double us = time_launch(copies, [&](const Operands& o, cudaStream_t s) {
           launch_tok(tok, impls[i], o, pt.x, pt.gs, pt.out, m, n, k, s);
         });
         record(f, impl_name(impls[i]), us, pt.floor_us);

@@ -239,23 +239,10 @@ double check_launch(int m, int n, int k, std::mt19937& rng, Launch&& launch) {
   return worst;
 }
 
-// Microseconds per launch: a graph of one launch(copy, stream) per weight copy (together larger than L2), replayed.
+// Microseconds per launch (probe_util.cuh's time_graph: the median replay of one launch per weight copy).
 template <class Launch>
-double time_launch(const std::vector<Operands>& copies, cudaStream_t st, Launch&& launch) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (const Operands& o : copies) launch(o, st);
-  CHECK(cudaStreamEndCapture(st, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, st));
-  constexpr int kReplays = 20;
-  const float ms = elapsed_ms(st, [&] {
-    for (int i = 0; i < kReplays; ++i) CHECK(cudaGraphLaunch(exec, st));
-  });
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  return 1e3 * ms / (kReplays * copies.size());
+double time_launch(const std::vector<Operands>& copies, Launch&& launch) {
+  return time_graph([&](int c, cudaStream_t st) { launch(copies[c], st); }, int(copies.size())).us;
 }
 
 // The timing copies of one shape: enough weight copies that together they exceed L2 (160 MB), at least 2.

@@ -183,47 +183,6 @@ void allow_smem(Kernel kernel, size_t bytes) {
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-struct Timing {
-  double us;
-  int copies;
-};
-
-// Median per-launch time of `launch(copy)` over a CUDA graph that walks `copies` copies of the
-// weight (>= 256 MB in all, so L2 never serves a copy twice in a row).
-template <typename Launcher>
-Timing time_graph(Launcher launch, int copies) {
-  cudaStream_t stream;
-  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int c = 0; c < copies; ++c) launch(c, stream);
-  CHECK(cudaStreamEndCapture(stream, &graph));
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, stream));
-  std::vector<double> samples;
-  for (int i = 0; i < 25; ++i) {
-    CHECK(cudaEventRecord(start, stream));
-    CHECK(cudaGraphLaunch(exec, stream));
-    CHECK(cudaEventRecord(stop, stream));
-    CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    samples.push_back(1e3 * ms / copies);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(samples.begin(), samples.end());
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
-  CHECK(cudaStreamDestroy(stream));
-  return {samples[samples.size() / 2], copies};
-}
-
 template <int KS>
 void run_shape(const Shape& s, int sms, const uint8_t* pool, int64_t pool_bytes, uint32_t* sink,
                FILE* json, bool& first) {
@@ -240,7 +199,7 @@ void run_shape(const Shape& s, int sms, const uint8_t* pool, int64_t pool_bytes,
 
   struct Row {
     std::string pattern;
-    Timing t;
+    GraphTiming t;
   };
   std::vector<Row> rows;
   {

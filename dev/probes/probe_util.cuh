@@ -1,10 +1,11 @@
-// Helpers shared by the probes: CHECK and event timing (every probe); for the clock64 probes
+// Helpers shared by the probes: CHECK, event timing and a CUDA-graph timer over weight copies (every probe); for the clock64 probes
 // (dev/probes/wgmma_rate_probe.cu, tma_ingress_probe.cu) each kernel writes its CTA's cycle count to
 // cycles[blockIdx.x], the slowest CTA is the time, and keep_live keeps the measured work from being compiled away.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -33,6 +34,47 @@ float elapsed_ms(cudaStream_t stream, Enqueue&& enqueue) {
   CHECK(cudaEventDestroy(start));
   CHECK(cudaEventDestroy(stop));
   return ms;
+}
+
+struct GraphTiming {
+  double us;
+  int copies;
+};
+
+// Median per-launch time of `launch(copy)` over a CUDA graph that walks `copies` copies of the
+// weight (together larger than L2, so L2 never serves a copy twice in a row).
+template <typename Launcher>
+GraphTiming time_graph(Launcher launch, int copies) {
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (int c = 0; c < copies; ++c) launch(c, stream);
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, stream));
+  std::vector<double> samples;
+  for (int i = 0; i < 25; ++i) {
+    CHECK(cudaEventRecord(start, stream));
+    CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaEventRecord(stop, stream));
+    CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    samples.push_back(1e3 * ms / copies);
+  }
+  CHECK(cudaGetLastError());
+  std::sort(samples.begin(), samples.end());
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(stop));
+  CHECK(cudaStreamDestroy(stream));
+  return {samples[samples.size() / 2], copies};
 }
 
 // After the timed region: sums the register fragments (any indexable tensor with a size()) and stores the
