@@ -1,8 +1,8 @@
 """NVFP4 weight-only linear (W4A16: bf16 x, NVFP4 weight, bf16 out) over shapes.BENCHMARK_SET, from
 decode to prefill M (issue 40).
 
-ours = ops.nvfp4_linear on the weight as our layer holds it (paired packing, b_paired=True, one global
-scale per row; the row it selects is shown); --rows adds every row of the nvfp4 tile table forced
+ours = ops.nvfp4_linear on the weight as our layer holds it (ops.nvfp4_layer_weight: the fragment packing on
+SM90, the paired one elsewhere; one global scale per row; the row it selects is shown); --rows adds every row of the nvfp4 tile table forced
 through nvfp4_linear(..., row=i).
 Peers, all on the same packed E2M1 codes, E4M3 scales and global scale, every repack and
 dequantization outside the timed call: marlin_fp4, vLLM's apply_fp4_marlin_linear on
@@ -54,8 +54,8 @@ def our_variants(args, ops, ops_why, copies, checker, m, n, k) -> list[harness.V
 
     def call(o, row=None):
         if row is None:  # the call a model makes (and one that needs no row= in the signature)
-            return ops.nvfp4_linear(o.x, o.w.paired, o.w.scale, o.w.row_scale, b_paired=True)
-        return ops.nvfp4_linear(o.x, o.w.paired, o.w.scale, o.w.row_scale, row=row, b_paired=True)
+            return ops.nvfp4_linear(o.x, o.w.layer[0], o.w.layer[1], o.w.row_scale, packing=o.w.layer[2])
+        return ops.nvfp4_linear(o.x, o.w.layer[0], o.w.layer[1], o.w.row_scale, row=row, packing=o.w.layer[2])
 
     out = [harness.Variant(
         "ours", row="dry" if dry else peers.selected_row(ops, FAMILY, m, n, k), strict=False,
@@ -101,7 +101,8 @@ def main(argv=None) -> int:
     api = peers_fp4.marlin_fp4_api()[0] if marlin else None
     runner.report.notes.update(
         weights="reference.quantize_nvfp4(randn [N, K]); the same copies for every M of a shape; ours reads "
-                "them in the paired packing (ops.pair_nvfp4_weight, as the layer stores them), the peers as packed",
+                "them as the layer stores them (ops.nvfp4_layer_weight: fragment packing on SM90, else paired), "
+                "the peers as packed",
         global_scale="ours: fp32 [N], one per output row (our layer's form); marlin_fp4: 0-dim "
                      "(vLLM's); bf16: folded into the weight; the floor counts one (4 bytes)",
         marlin_fp4=f"vllm {api.version}" if api else "not run")

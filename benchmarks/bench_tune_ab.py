@@ -182,7 +182,7 @@ def run_points(runner: harness.Runner, points: list, fmt: str, entries: list, op
     tables = {PLANNER: [], TUNED: entries, AGAIN: []}
     if fp4:
         def call(o):
-            return ops.nvfp4_linear(o.x, o.w.paired, o.w.scale, o.w.row_scale, b_paired=True)
+            return ops.nvfp4_linear(o.x, o.w.layer[0], o.w.layer[1], o.w.row_scale, packing=o.w.layer[2])
     else:
         def call(o):
             return ops.blockfp8_linear(o.x, o.b, o.b_scale)

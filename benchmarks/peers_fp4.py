@@ -30,8 +30,8 @@ FP4_PEER_TOL = 3 * FP4_OURS_TOL
 
 class Fp4Weight:
     """One rotating copy of an NVFP4 weight: reference.quantize_nvfp4 of randn [N, K] (packed uint8
-    [N, K/2], e4m3 scales [N, K/16], fp32 0-dim global scale), our layer's form (paired packing, one
-    global scale per row: made here), and each peer's form of the same numbers, made on first use:
+    [N, K/2], e4m3 scales [N, K/16], fp32 0-dim global scale), our layer's form (the packing it stores on
+    this GPU, one global scale per row: made here), and each peer's form of the same numbers, made on first use:
     outside the timed call, and only for the variants that run."""
 
     def __init__(self, n: int, k: int, *, device="cuda", dtype=torch.bfloat16):
@@ -41,9 +41,10 @@ class Fp4Weight:
         # The form our layer passes (layers/linear.py Nvfp4LinearMethod): one fp32 scale per output
         # row, so fused q/k/v shards keep their own; all equal here.
         self.row_scale = self.global_scale.reshape(1).expand(n).contiguous()
-        # What our layer stores and passes with b_paired=True (ops.pair_nvfp4_weight), made here so no
+        # What our layer stores and passes (ops.nvfp4_layer_weight: (b, b_scale, packing)), made here so no
         # timed call or graph capture ever makes it; Marlin and the other peers read ``packed``.
-        self.paired = reference.pair_nvfp4_weight(self.packed)
+        from vllm_blockfp8 import ops
+        self.layer = ops.nvfp4_layer_weight(self.packed, self.scale)
 
     @functools.cached_property
     def bf16(self) -> torch.Tensor:

@@ -177,7 +177,12 @@ def test_fp4_weight_forms_hold_the_same_numbers(fp4_point):
     w = fp4_point.w
     exact = reference.dequantize_nvfp4(w.packed, w.scale, w.global_scale)
     assert w.row_scale.shape == (w.n,) and torch.equal(w.row_scale, w.global_scale.expand(w.n))
-    assert torch.equal(reference.unpair_nvfp4_weight(w.paired), w.packed)  # ours reads it with b_paired=True
+    b, b_scale, packing = w.layer  # what ours reads, as the layer stores it
+    if packing == "fragment":
+        b, b_scale = reference.unfragment_nvfp4_weight(b, b_scale)
+        assert torch.equal(reference.dequantize_nvfp4(b, b_scale, w.global_scale), exact)
+    else:
+        assert packing == "paired" and torch.equal(reference.unpair_nvfp4_weight(b), w.packed)
     assert torch.equal(w.bf16, exact.to(torch.bfloat16))
     # Without the global scale the weight is exact in bf16: the claim the tolerances rest on.
     plain = reference.dequantize_nvfp4(w.packed, w.scale, 1.0)
@@ -222,6 +227,6 @@ def test_ours_meets_the_fp4_tolerance_the_benchmark_flags_at(m):
         pytest.skip(why)
     n, k = 2112, 1024
     o = peers_fp4.Fp4Operands(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), peers_fp4.Fp4Weight(n, k))
-    out = ops.nvfp4_linear(o.x, o.w.paired, o.w.scale, o.w.row_scale, b_paired=True)
+    out = ops.nvfp4_linear(o.x, o.w.layer[0], o.w.layer[1], o.w.row_scale, packing=o.w.layer[2])
     check = peers_fp4.Fp4Checker(peers.LazyCopies(lambda i: o)).linear("w4a16", tol=peers_fp4.FP4_OURS_TOL)
     assert check(out) is None

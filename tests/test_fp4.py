@@ -8,9 +8,10 @@ bounds exactly that. The long-K case (K = 16384, all-positive operands) is where
 in 16 bits or a scale applied to the wrong group of 16 shows. Outputs are poisoned with NaN bytes
 before each call (conftest.poison_cuda_cache), so an element left unwritten fails.
 
-Packings: the layer passes its weight paired (ops.pair_nvfp4_weight, b_paired=True), so the selected-row tests use
-that; every forced row runs in both packings where it reads both (the SM90 wgmma rows read only the paired one and
-must refuse the ModelOpt one). The reference always reads the ModelOpt packing.
+Packings: the layer passes its weight in the packing ops.nvfp4_layer_packing names for the GPU and shape (fragment on
+SM90 where N % 16 == 0 and K % 64 == 0, else paired), so the selected-row tests use that; every forced row runs in
+each of the three packings it reads and must refuse the others (the SM90 wgmma rows read only the fragment one, the
+mma.sync W4A16 rows only the other two). The reference always reads the ModelOpt packing.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ pytestmark = needs_kernels()
 DTYPES = (torch.bfloat16, torch.float16)
 QWEN3 = shapes.by_name("qwen3-8b.o")
 KV_A = shapes.by_name("dsv3.kv_a.576x7168")
-# N ragged against 16, 32 and 128; K % 128 != 0 (only the FMA row takes it); a narrow layer.
+# N ragged against 16, 32 and 128 (the layer keeps it paired); K % 64 != 0 (paired too; only the FMA row takes it);
+# a small layer and a narrow one in the fragment packing on SM90.
 SHAPES = (
     shapes.WeightShape("ragged_n.1000x1024", 1000, 1024),
     shapes.WeightShape("ragged_k.304x1056", 304, 1056),
@@ -49,16 +51,17 @@ def _table():
 ROW_NAMES = [r["name"] for r in _table()]
 
 
-def _row_accepts(name: str, m: int, n: int, k: int, paired: bool) -> bool:
-    """The rows' preconditions (csrc/fp4/sm80.cu) for 16-byte aligned x and a weight in the paired packing or
-    ModelOpt's, so a forced row is skipped only where it should be: test_rejected_rows_raise checks the op refuses
-    exactly the complement."""
+def _row_accepts(name: str, m: int, n: int, k: int, packing: str) -> bool:
+    """The rows' preconditions (csrc/fp4/sm80.cu) for 16-byte aligned x and a weight in ``packing``, so a forced row
+    is skipped only where it should be: test_rejected_rows_raise checks the op refuses exactly the complement."""
+    fragment = packing == "fragment"
+    if fragment and (n % 16 or k % 64):  # the packing itself does not exist there
+        return False
     if name == "fp4_gemv_fma_anym":
         return True
-    if name.startswith("fp4_wgmma_"):  # SM90 only (the sm_90a unit), 64-wide K stages; smem fits the H100/H200;
-        # its decode reads only the paired packing
-        return paired and torch.cuda.get_device_capability() == (9, 0) and k % 64 == 0
-    if k % 128:
+    if name.startswith("fp4_wgmma_"):  # SM90 only (the sm_90a unit); smem fits the H100/H200; fragment only
+        return fragment and torch.cuda.get_device_capability() == (9, 0)
+    if k % 128 and not fragment:
         return False
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     tiles = -(-n // 16)
@@ -70,11 +73,17 @@ def _row_accepts(name: str, m: int, n: int, k: int, paired: bool) -> bool:
         if name == "fp4_gemv_mma_t16_ks8":
             fits = fits and 2 * tiles >= 3 * sms
         return fits
+    if fragment:  # the mma.sync W4A16 rows read the row-contiguous packings only
+        return False
     if name == "fp4_w4a16_64x64":
         return -(-n // 128) < 24
     if name == "fp4_w4a16_128x128":
         return torch.cuda.get_device_capability() == (9, 0)  # 155 KB of shared memory per block: SM90 only
     return name.startswith("fp4_w4a16_")
+
+
+def _layer(n: int, k: int) -> str:
+    return ops.nvfp4_layer_packing(n, k)
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,15 +94,19 @@ def _weight(n: int, k: int, positive: bool = False, seed: int = 0):
     return packed, scale, gs.reshape(1)
 
 
-_PAIRED: dict = {}
+_PACKED: dict = {}
 
 
-def _paired(packed: torch.Tensor) -> torch.Tensor:
-    """The paired copy of one of _weight's ModelOpt packings, made once (keyed by the tensor, which _weight's cache
-    keeps alive, so its id is never reused)."""
-    hit = _PAIRED.get(id(packed))
+def _packed(packed: torch.Tensor, scale: torch.Tensor, packing: str) -> tuple:
+    """(b, b_scale) of one of _weight's ModelOpt packings in ``packing``, made once (keyed by the tensor, which
+    _weight's cache keeps alive, so its id is never reused)."""
+    if packing == "modelopt":
+        return packed, scale
+    hit = _PACKED.get((id(packed), packing))
     if hit is None or hit[0] is not packed:
-        hit = _PAIRED[id(packed)] = (packed, reference.pair_nvfp4_weight(packed))
+        made = (reference.pair_nvfp4_weight(packed), scale) if packing == "paired" else \
+            reference.fragment_nvfp4_weight(packed, scale)
+        hit = _PACKED[(id(packed), packing)] = (packed, made)
     return hit[1]
 
 
@@ -103,15 +116,16 @@ def _x(m: int, k: int, dtype, positive: bool = False, seed: int = 1) -> torch.Te
     return (x.abs() if positive else x).to(dtype)
 
 
-def _run(x, packed, scale, gs, bias=None, row=None, paired=True) -> torch.Tensor:
-    """The op on ``packed`` (ModelOpt packing) or, where ``paired``, on its paired copy with b_paired=True."""
+def _run(x, packed, scale, gs, bias=None, row=None, packing=None) -> torch.Tensor:
+    """The op on ``packed`` (ModelOpt packing) repacked into ``packing`` (default: the layer's for the shape)."""
     poison_cuda_cache(x.shape[0] * packed.shape[0] * x.element_size())
-    b = _paired(packed) if paired else packed
-    return ops.nvfp4_linear(x, b, scale, gs, bias, row=row, b_paired=paired)
+    packing = packing or _layer(packed.shape[0], x.shape[1])
+    b, b_scale = _packed(packed, scale, packing)
+    return ops.nvfp4_linear(x, b, b_scale, gs, bias, row=row, packing=packing)
 
 
-def _check(x, packed, scale, gs, bias=None, row=None, what="nvfp4", paired=True):
-    out = _run(x, packed, scale, gs, bias, row, paired)
+def _check(x, packed, scale, gs, bias=None, row=None, what="nvfp4", packing=None):
+    out = _run(x, packed, scale, gs, bias, row, packing)
     assert out.dtype == x.dtype and out.shape == (x.shape[0], packed.shape[0])
     reference.assert_close_to_ref(out, reference.nvfp4_linear_ref(x, packed, scale, gs, bias), what)
     return out
@@ -136,10 +150,10 @@ def test_table_rows():
 @pytest.mark.parametrize("m", ALL_M)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
 def test_selection_follows_table(shape, m):
-    """The op picks the first row with max_m >= M whose precondition holds (for the paired packing the layer
-    passes)."""
+    """The op picks the first row with max_m >= M whose precondition holds (for the packing the layer passes)."""
+    packing = _layer(shape.n, shape.k)
     want = next(r["name"] for r in _table()
-                if (r["max_m"] is None or m <= r["max_m"]) and _row_accepts(r["name"], m, shape.n, shape.k, True))
+                if (r["max_m"] is None or m <= r["max_m"]) and _row_accepts(r["name"], m, shape.n, shape.k, packing))
     assert ops.selected_row("nvfp4", m, shape.n, shape.k) == want
 
 
@@ -157,14 +171,15 @@ def test_selected_row(shape, m, dtype):
 
 @pytest.mark.parametrize("m", (1, 16, 17, 129, 300))
 @pytest.mark.parametrize("shape", (SHAPES[0], QWEN3), ids=lambda s: s.name)
-def test_selected_row_on_modelopt_packing(shape, m):
-    """The ModelOpt packing (b_paired=False: a caller that does not pair) still runs on the row the op picks for
-    it; on SM90, M > 16 goes to the mma.sync rows since the wgmma rows read only the paired packing."""
-    _check(_x(m, shape.k, torch.bfloat16), *_weight(shape.n, shape.k), what=f"ModelOpt {shape.name} M={m}",
-           paired=False)
+@pytest.mark.parametrize("packing", ("modelopt", "paired"))
+def test_selected_row_on_row_contiguous_packings(shape, m, packing):
+    """A caller that passes ModelOpt's or the paired packing still runs on the row the op picks for it; on SM90,
+    M > 16 goes to the mma.sync rows since the wgmma rows read only the fragment packing."""
+    _check(_x(m, shape.k, torch.bfloat16), *_weight(shape.n, shape.k), what=f"{packing} {shape.name} M={m}",
+           packing=packing)
 
 
-PACKINGS = pytest.mark.parametrize("paired", (False, True), ids=("modelopt", "paired"))
+PACKINGS = pytest.mark.parametrize("packing", ops.NVFP4_PACKINGS)
 
 
 @PACKINGS
@@ -172,55 +187,63 @@ PACKINGS = pytest.mark.parametrize("paired", (False, True), ids=("modelopt", "pa
 @pytest.mark.parametrize("m", FORCED_M)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
 @pytest.mark.parametrize("row", ROW_NAMES)
-def test_forced_row(row, shape, m, dtype, paired):
-    if not _row_accepts(row, m, shape.n, shape.k, paired):
-        pytest.skip(f"{row} does not take M={m} N={shape.n} K={shape.k} paired={paired}")
+def test_forced_row(row, shape, m, dtype, packing):
+    if not _row_accepts(row, m, shape.n, shape.k, packing):
+        pytest.skip(f"{row} does not take M={m} N={shape.n} K={shape.k} {packing}")
     _check(_x(m, shape.k, dtype), *_weight(shape.n, shape.k), row=row, what=f"{row} M={m} {shape.name}",
-           paired=paired)
+           packing=packing)
 
 
 @PACKINGS
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("row", ROW_NAMES)
-def test_every_row_runs_on_a_model_shape(row, dtype, paired):
+def test_every_row_runs_on_a_model_shape(row, dtype, packing):
     """Every row runs on a real layer it takes (Qwen3-8B's gate_up 24576 x 4096, else DeepSeek-V3's
-    2112 x 7168 for the narrow-layer row) at an M it takes, in each packing it reads: no row ships unrun."""
-    if row.startswith("fp4_wgmma_") and not paired:  # refused before the op, with the reason
-        shape = shapes.by_name("qwen3-8b.gate_up")
-        with pytest.raises(ValueError, match="cannot run .*paired packing only"):
-            _run(_x(256, shape.k, dtype), *_weight(shape.n, shape.k), row=row, paired=False)
+    2112 x 7168 for the narrow-layer row) at an M it takes, in each packing it reads: no row ships unrun. A row
+    that does not read the packing is refused before the op, with the reason."""
+    models = (shapes.by_name("qwen3-8b.gate_up"), shapes.by_name("dsv3.2112x7168"))
+    refused = (row.startswith("fp4_wgmma_") and packing != "fragment" or
+               row.startswith("fp4_w4a16_") and packing == "fragment")
+    if refused:
+        reads = "fragment packing only" if row.startswith("fp4_wgmma_") else "not the fragment packing"
+        with pytest.raises(ValueError, match=f"cannot run .*{reads}"):
+            _run(_x(256, models[0].k, dtype), *_weight(models[0].n, models[0].k), row=row, packing=packing)
         return
-    m, shape = next((m, s) for s in (shapes.by_name("qwen3-8b.gate_up"), shapes.by_name("dsv3.2112x7168"))
-                    for m in (1, 16, 256) if _row_accepts(row, m, s.n, s.k, paired))
+    found = next(((m, s) for s in models for m in (1, 16, 256) if _row_accepts(row, m, s.n, s.k, packing)), None)
+    assert found is not None, f"{row} takes neither model shape in the {packing} packing"
+    m, shape = found
     _check(_x(m, shape.k, dtype), *_weight(shape.n, shape.k), row=row, what=f"{row} {shape.name} M={m}",
-           paired=paired)
+           packing=packing)
 
 
 @PACKINGS
 @pytest.mark.parametrize("m", (1, 9, 17))
 @pytest.mark.parametrize("row", ROW_NAMES)
-def test_rejected_rows_raise(row, m, paired):
-    """Forcing a row outside its precondition (the wgmma rows on the ModelOpt packing included) is an error,
-    never a wrong answer."""
-    for n, k in ((QWEN3.n, QWEN3.k), (304, 1056), (2112, 2048)):
+def test_rejected_rows_raise(row, m, packing):
+    """Forcing a row outside its precondition (a packing it does not read included) is an error, never a wrong
+    answer."""
+    for n, k in ((QWEN3.n, QWEN3.k), (304, 1088), (2112, 2048)):
+        if packing == "fragment" and k % 64:
+            continue  # no fragment packing to pass (ops.fragment_nvfp4_weight refuses it)
         x = _x(m, k, torch.bfloat16)
-        if _row_accepts(row, m, n, k, paired):
-            _check(x, *_weight(n, k), row=row, what=f"{row} M={m} N={n} K={k}", paired=paired)
+        if _row_accepts(row, m, n, k, packing):
+            _check(x, *_weight(n, k), row=row, what=f"{row} M={m} N={n} K={k}", packing=packing)
         else:
             with pytest.raises((RuntimeError, ValueError), match="cannot run"):
-                _run(x, *_weight(n, k), row=row, paired=paired)
+                _run(x, *_weight(n, k), row=row, packing=packing)
 
 
 @PACKINGS
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("m", (1, 16, 200))
 @pytest.mark.parametrize("row", [None] + ROW_NAMES)
-def test_long_k_all_positive(row, m, dtype, paired):
-    n, k = 4104, 16384  # 4104 leaves ragged 16-, 32- and 128-row tiles
-    if row is not None and not _row_accepts(row, m, n, k, paired):
-        pytest.skip(f"{row} does not take M={m} paired={paired}")
+def test_long_k_all_positive(row, m, dtype, packing):
+    n = 4112 if packing == "fragment" else 4104  # ragged 128-row tiles; 4104 also ragged 16- and 32-row ones
+    k = 16384
+    if row is not None and not _row_accepts(row, m, n, k, packing):
+        pytest.skip(f"{row} does not take M={m} {packing}")
     _check(_x(m, k, dtype, positive=True), *_weight(n, k, positive=True), row=row, what=f"long K {row} M={m}",
-           paired=paired)
+           packing=packing)
 
 
 WGMMA_ROWS = [r for r in ROW_NAMES if r.startswith("fp4_wgmma_")]
@@ -230,17 +253,47 @@ WGMMA_ROWS = [r for r in ROW_NAMES if r.startswith("fp4_wgmma_")]
 @pytest.mark.parametrize("row", WGMMA_ROWS)
 def test_wgmma_rows_ragged_and_long_k(row, dtype):
     """The SM90 wgmma rows forced at M ragged against their 64/128/256-token tiles, N ragged against the
-    128-row tile (1000, 136: rows past N are zero-filled, never stored), K = 1088 (17 64-wide stages: not a
-    multiple of 128) and K = 16384 all-positive (a scale on the wrong group or a lost stage shows). N = 136 at
-    small M leaves 2 output tiles, so those calls split K (fp32 partials, then the reduce): an unwritten partial
-    or output element is NaN-poisoned by _run and fails."""
-    if not _row_accepts(row, 1, 136, 1088, True):
+    128-row tile (1008, 144: the 16-row tiles past N re-read the last one and are never stored), K = 1088 (17
+    64-wide stages: not a multiple of 128) and K = 16384 all-positive (a scale on the wrong group or a lost stage
+    shows). N = 144 at small M leaves 2 output tiles, so those calls split K (fp32 partials, then the reduce): an
+    unwritten partial or output element is NaN-poisoned by _run and fails."""
+    if not _row_accepts(row, 1, 144, 1088, "fragment"):
         pytest.skip(f"{row} runs on SM90 only")
-    for n, k, positive in ((1000, 1088, False), (136, 1088, False), (136, 16384, True), (1000, 16384, True)):
+    for n, k, positive in ((1008, 1088, False), (144, 1088, False), (144, 16384, True), (1008, 16384, True)):
         w = _weight(n, k, positive)
         for m in (1, 63, 65, 200, 257, 513):
             x = _x(m, k, dtype, positive=positive)
-            _check(x, *w, row=row, what=f"{row} M={m} N={n} K={k}", paired=True)
+            _check(x, *w, row=row, what=f"{row} M={m} N={n} K={k}", packing="fragment")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fragment_gemv_x_direct_and_staged(dtype):
+    """The fragment GEMV takes x in 4-byte pieces up to M = 4 and through shared memory (cp.async + ldmatrix) above,
+    where x rows are 16-byte aligned; with 4-byte aligned rows it keeps the pieces. Every M of both GEMV token tiles,
+    both x alignments, 16-warp and 8-warp blocks (a wide layer)."""
+    for n, k in ((384, 1024), (4352, 2048)):
+        w = _weight(n, k)
+        for m in range(1, 17):
+            aligned = _x(m, k + 64, dtype)[:, :k]
+            four = _x(m, k + 8, dtype)[:, 2:2 + k]
+            for x in (aligned, four):
+                for row in ROW_NAMES:
+                    if row.startswith("fp4_gemv_mma_") and _row_accepts(row, m, n, k, "fragment"):
+                        _check(x, *w, row=row, what=f"{row} M={m} N={n} x % 16 = {x.data_ptr() % 16}",
+                               packing="fragment")
+
+
+def test_fragment_packing_zero_scale_groups():
+    """A zero-scale group (exp8 has no zero: its codes are zeroed at packing) contributes nothing on every row that
+    reads the fragment packing, whatever its codes were."""
+    n, k = 256, 1024
+    packed, scale, gs = (t.clone() for t in _weight(n, k))
+    scale.view(torch.uint8)[::3, ::5] = 0
+    for m in (1, 16, 100):
+        x = _x(m, k, torch.bfloat16)
+        for row in [None] + ROW_NAMES:
+            if row is None or _row_accepts(row, m, n, k, "fragment"):
+                _check(x, packed, scale, gs, row=row, what=f"zero scales {row} M={m}", packing="fragment")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -253,35 +306,46 @@ def test_bias_and_per_row_global_scale(m, dtype):
     per_row = torch.cat([gs.expand(256), (gs * 3).expand(256), (gs / 5).expand(256)]).contiguous()
     x = _x(m, k, dtype)
     bias = _x(1, n, dtype, seed=5)[0] * 4
-    for row in [None] + ROW_NAMES:
-        if row is None or _row_accepts(row, m, n, k, True):
-            _check(x, packed, scale, per_row, bias, row=row, what=f"per-row scale + bias {row}")
+    for packing in ops.NVFP4_PACKINGS:
+        for row in [None] + ROW_NAMES:
+            if row is None or _row_accepts(row, m, n, k, packing):
+                _check(x, packed, scale, per_row, bias, row=row, what=f"per-row scale + bias {row} {packing}",
+                       packing=packing)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("m", (1, 16, 64))
 def test_row_strided_and_misaligned_x(m, dtype):
-    """x with a padded row stride (rows 16-byte aligned): every row takes it. x only 2-byte aligned:
-    the FMA row takes it and the vector-load rows refuse."""
+    """x with a padded row stride (rows 16-byte aligned): every row takes it. x only 4-byte aligned: the fragment
+    GEMV rows and the FMA row take it. x only 2-byte aligned: the FMA row takes it and the vector-load rows refuse."""
     n, k = 384, 1024
     w = _weight(n, k)
     x = _x(m, k + 64, dtype)[:, :k]
-    for row in [None] + ROW_NAMES:
-        if row is None or _row_accepts(row, m, n, k, True):
-            _check(x, *w, row=row, what=f"strided x {row}")
+    for packing in ops.NVFP4_PACKINGS:
+        for row in [None] + ROW_NAMES:
+            if row is None or _row_accepts(row, m, n, k, packing):
+                _check(x, *w, row=row, what=f"strided x {row} {packing}", packing=packing)
+    x4 = _x(m, k + 8, dtype)[:, 2:2 + k]
+    assert x4.data_ptr() % 16 != 0 and x4.data_ptr() % 4 == 0
+    for packing in ops.NVFP4_PACKINGS:
+        _check(x4, *w, what=f"4-byte aligned x {packing}", packing=packing)
+    if m <= 8:
+        _check(x4, *w, row="fp4_gemv_mma_t8", what="4-byte aligned x, fragment GEMV", packing="fragment")
     x = _x(m, k + 8, dtype)[:, 1:1 + k]
-    assert x.data_ptr() % 16 != 0
-    _check(x, *w, what="misaligned x")
-    with pytest.raises((RuntimeError, ValueError), match="cannot run"):
-        _run(x, *w, row=ROW_NAMES[0])
+    assert x.data_ptr() % 4 != 0
+    for packing in ops.NVFP4_PACKINGS:
+        _check(x, *w, what=f"misaligned x {packing}", packing=packing)
+        with pytest.raises((RuntimeError, ValueError), match="cannot run"):
+            _run(x, *w, row=ROW_NAMES[0], packing=packing)
 
 
 @pytest.mark.parametrize("m,n", [(0, 256), (3, 0)])
 def test_empty(m, n):
     k = 256
     packed, scale, gs = reference.quantize_nvfp4(torch.randn(max(n, 1), k, device="cuda"))
-    out = ops.nvfp4_linear(torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
-                           ops.pair_nvfp4_weight(packed[:n]), scale[:n], gs.reshape(1), b_paired=True)
+    b, b_scale, packing = ops.nvfp4_layer_weight(packed[:n].contiguous(), scale[:n].contiguous())
+    out = ops.nvfp4_linear(torch.randn(m, k, device="cuda", dtype=torch.bfloat16), b, b_scale, gs.reshape(1),
+                           packing=packing)
     assert out.shape == (m, n)
 
 
@@ -320,49 +384,51 @@ def test_bad_inputs_raise_value_error():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("m", (1, 8, 128, 1024))
 @pytest.mark.parametrize("row", [None] + ROW_NAMES)
-def test_cuda_graph_replay(row, m, dtype, paired):
+def test_cuda_graph_replay(row, m, dtype, packing):
     """The op builds no host tensor and never syncs: a captured call (with bias and a per-row global
     scale) replays to the eager result bit for bit, which matches the reference."""
     n, k = 6144, 4096
-    if row is not None and not _row_accepts(row, m, n, k, paired):
-        pytest.skip(f"{row} does not take M={m} paired={paired}")
-    modelopt, scale, gs = _weight(n, k)
-    packed = _paired(modelopt) if paired else modelopt
+    if row is not None and not _row_accepts(row, m, n, k, packing):
+        pytest.skip(f"{row} does not take M={m} {packing}")
+    modelopt, plain_scale, gs = _weight(n, k)
+    packed, scale = _packed(modelopt, plain_scale, packing)
     per_row = (gs * torch.linspace(0.5, 2.0, n, device="cuda")).contiguous()
     bias = _x(1, n, dtype, seed=3)[0]
     x = _x(m, k, dtype)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        ops.nvfp4_linear(x, packed, scale, per_row, bias, row=row, b_paired=paired)
+        ops.nvfp4_linear(x, packed, scale, per_row, bias, row=row, packing=packing)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = ops.nvfp4_linear(x, packed, scale, per_row, bias, row=row, b_paired=paired)
+        out = ops.nvfp4_linear(x, packed, scale, per_row, bias, row=row, packing=packing)
     x.copy_(_x(m, k, dtype, seed=2))
     out.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
-    eager = ops.nvfp4_linear(x, packed, scale, per_row, bias, row=row, b_paired=paired)
+    eager = ops.nvfp4_linear(x, packed, scale, per_row, bias, row=row, packing=packing)
     assert torch.equal(out, eager)
-    reference.assert_close_to_ref(out, reference.nvfp4_linear_ref(x, modelopt, scale, per_row, bias), f"graph {row}")
+    reference.assert_close_to_ref(out, reference.nvfp4_linear_ref(x, modelopt, plain_scale, per_row, bias),
+                                  f"graph {row}")
 
 
 @PACKINGS
-def test_reference_backend_is_graph_safe(paired):
+def test_reference_backend_is_graph_safe(packing):
     """The reference path (CPU, or CUDA without the extension) also builds no host tensor: its
-    dequantize (and, for the paired packing, its unpairing) captures in a CUDA graph."""
-    packed, scale, gs = _weight(256, 512)
-    b = _paired(packed) if paired else packed
+    dequantize (and its unpacking of the paired or fragment packing) captures in a CUDA graph."""
+    packed, plain_scale, gs = _weight(256, 512)
+    b, scale = _packed(packed, plain_scale, packing)
+    code = ops.NVFP4_PACKINGS.index(packing)
     x = _x(4, 512, torch.bfloat16)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        ops._nvfp4_linear_ref(x, b, scale, gs, b_paired=paired)
+        ops._nvfp4_linear_ref(x, b, scale, gs, packing=code)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = ops._nvfp4_linear_ref(x, b, scale, gs, b_paired=paired)
+        out = ops._nvfp4_linear_ref(x, b, scale, gs, packing=code)
     graph.replay()
     torch.cuda.synchronize()
-    reference.assert_close_to_ref(out, reference.nvfp4_linear_ref(x, packed, scale, gs), "reference in a graph")
+    reference.assert_close_to_ref(out, reference.nvfp4_linear_ref(x, packed, plain_scale, gs), "reference in a graph")

@@ -1,7 +1,10 @@
-"""The paired NVFP4 packing (reference.pair_nvfp4_weight, ops.pair_nvfp4_weight): the bit permutation checked bit
-by bit against its definition (reference.NVFP4_PAIRED_BITS), its inverse, the decode formulas the CUDA kernels rely
-on (csrc/fp4/decode.cuh: one shift and one mask per pair of values), and nvfp4_linear(..., b_paired=True) against the
-ModelOpt call. On CPU, and the same on CUDA where a GPU is present.
+"""The NVFP4 weight packings the kernels read. The paired one (reference.pair_nvfp4_weight, ops.pair_nvfp4_weight):
+the bit permutation checked bit by bit against its definition (reference.NVFP4_PAIRED_BITS), its inverse, the decode
+formulas the CUDA kernels rely on (csrc/fp4/decode.cuh: one shift and one mask per pair of values). The fragment one
+(reference.fragment_nvfp4_weight, ops.fragment_nvfp4_weight): every code's position against the mma A fragment it
+must land in, exp8 scales exact for every e4m3 value and the bit formulas csrc/fp4/fragment.cuh uses, zero-scale
+groups, its inverse. And nvfp4_linear(..., packing=...) against the ModelOpt call. On CPU, and the same on CUDA where
+a GPU is present.
 """
 
 from __future__ import annotations
@@ -148,7 +151,97 @@ def test_lane_bits_are_e2m1_times_2_to_the_minus_126_in_bf16():
 
 
 # --------------------------------------------------------------------------------------------
-# ops.pair_nvfp4_weight's validation and nvfp4_linear(..., b_paired=True)
+# The fragment packing (csrc/fp4/fragment.cuh)
+# --------------------------------------------------------------------------------------------
+
+
+def _fragment_position(n: int, k: int, row: int, col: int) -> tuple:
+    """(byte offset of the 32-bit word, element 0-7 in it) where the fragment packing must put code (row, col): the
+    mma A fragment of lane (g, t) for k16 step kk of 16-row tile T and 64-deep stage S is (row g, k 2t, 2t + 1),
+    (g + 8, 2t, 2t + 1), (g, 2t + 8, 2t + 9), (g + 8, 2t + 8, 2t + 9) (csrc/fp4/sm90/wgmma.cuh)."""
+    tile, r = divmod(row, 16)
+    stage, kc = divmod(col, 64)
+    kk, kr = divmod(kc, 16)
+    g, half = r % 8, r // 8
+    hi, rest = divmod(kr, 8)
+    t, j = divmod(rest, 2)
+    word = ((tile * (k // 64) + stage) * 32 + 4 * g + t) * 16 + 4 * kk
+    return word, 4 * hi + 2 * half + j
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fragment_packing_puts_every_code_in_its_fragment(device):
+    """Each code, made unique by its position, lands where the A fragment needs it, in the paired bit order."""
+    n, k = 32, 192
+    g = torch.Generator().manual_seed(7)
+    codes = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(device)
+    scale = (torch.rand(n, k // 16, generator=g) * 100 + 0.01).to(reference.FP8_DTYPE).to(device)
+    frag, _ = reference.fragment_nvfp4_weight(packed, scale)
+    words = reference.unpair_nvfp4_weight(frag.reshape(-1, 4)).reshape(-1).cpu()  # element e in nibble e
+    for row in range(n):
+        for col in range(k):
+            word, element = _fragment_position(n, k, row, col)
+            got = (int(words[word + element // 2]) >> (4 * (element % 2))) & 0xF
+            assert got == int(codes[row, col]), f"code ({row}, {col})"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_exp8_is_exact_for_every_e4m3_scale_and_matches_the_kernel_formulas(device):
+    """exp8 holds every positive e4m3 value exactly; the kernels' bit formulas (fragment.cuh exp8_pair) give the
+    bf16 bits of scale * 2^119 and the f16 bits of scale * 2^7 from the byte."""
+    scales = torch.arange(1, 127, dtype=torch.uint8).view(reference.FP8_DTYPE).to(device)
+    e8 = reference.exp8_scales(scales)
+    assert torch.equal(reference.exp8_decode(e8), scales.float())
+    as_int = e8.cpu().to(torch.int32)
+    bf16 = ((as_int << 4) + 0x7680).to(torch.int16).view(torch.bfloat16).float()
+    assert torch.equal(bf16, scales.cpu().float() * 2.0**119)
+    f16 = ((as_int << 7) + 0x3400).to(torch.int16).view(torch.float16).float()
+    assert torch.equal(f16, scales.cpu().float() * 2.0**7)
+    assert reference.exp8_scales(torch.zeros(3, dtype=reference.FP8_DTYPE)).tolist() == [0, 0, 0]
+
+
+def test_fragment_packing_scales_zero_groups_and_round_trip():
+    g = torch.Generator().manual_seed(8)
+    n, k = 48, 256
+    packed, scale, gs = reference.quantize_nvfp4(torch.randn(n, k, generator=g))
+    scale.view(torch.uint8)[::5, ::3] = 0  # zero-scale groups: their codes are zeroed, their byte is 0
+    frag, e8 = ops.fragment_nvfp4_weight(packed, scale)
+    assert frag.shape == packed.shape and frag.dtype == torch.uint8
+    assert e8.shape == scale.shape and e8.dtype == torch.uint8
+    back, back_scale = reference.unfragment_nvfp4_weight(frag, e8)
+    want = reference.dequantize_nvfp4(packed, scale, gs)
+    assert torch.equal(reference.dequantize_nvfp4(back, back_scale, gs), want)
+    # Scale bytes: lane group g's 8 at (block * 64 + 8 g): row g's steps 0-3, then row g + 8's.
+    e8_plain = reference.exp8_scales(scale)
+    block, g_, half, kk = 1 * (k // 64) + 2, 5, 1, 3  # tile 1, stage 2
+    assert int(e8.reshape(-1)[block * 64 + 8 * g_ + 4 * half + kk]) == int(e8_plain[16 + g_ + 8 * half, 4 * 2 + kk])
+
+
+def test_fragment_packing_refuses_what_it_cannot_hold():
+    packed, scale, _ = reference.quantize_nvfp4(torch.randn(32, 128, generator=torch.Generator().manual_seed(9)))
+    cases = {
+        "N % 16": ((packed[:24], scale[:24]), r"N = 24 is not a multiple of 16"),
+        "K % 64": ((packed[:, :48].contiguous(), scale[:, :6].contiguous()), r"K = 96 is not a multiple of 64"),
+        "scale dtype": ((packed, scale.float()), r"^b_scale must be float8_e4m3fn"),
+        "negative scale": ((packed, (-scale.float().abs()).to(reference.FP8_DTYPE)), r"non-negative, finite"),
+    }
+    for what, (args, pattern) in cases.items():
+        with pytest.raises(ValueError, match=pattern):
+            ops.fragment_nvfp4_weight(*args)
+            pytest.fail(what)
+
+
+def test_layer_packing_without_a_gpu_is_paired():
+    """The reference backend reads any packing; without the SM90 kernels the layer keeps the paired one."""
+    assert ops.nvfp4_layer_packing(4096, 4096, "cpu") == "paired"
+    packed, scale, _ = reference.quantize_nvfp4(torch.randn(32, 128, generator=torch.Generator().manual_seed(10)))
+    b, b_scale, packing = ops.nvfp4_layer_weight(packed, scale)
+    assert packing == "paired" and torch.equal(b, ops.pair_nvfp4_weight(packed)) and b_scale is scale
+
+
+# --------------------------------------------------------------------------------------------
+# ops.pair_nvfp4_weight's validation and nvfp4_linear(..., packing=...)
 # --------------------------------------------------------------------------------------------
 
 
@@ -169,20 +262,21 @@ def test_bad_inputs_raise_value_error():
 
 
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=str)
-def test_linear_on_paired_weight_equals_the_modelopt_call_on_cpu(dtype):
-    """The reference backend unpairs b first: the same numbers, bit for bit."""
+def test_linear_on_repacked_weight_equals_the_modelopt_call_on_cpu(dtype):
+    """The reference backend unpacks the paired and fragment packings first: the same numbers, bit for bit."""
     g = torch.Generator().manual_seed(4)
     n, k = 96, 512
     packed, scale, gs = reference.quantize_nvfp4(torch.randn(n, k, generator=g))
-    paired = ops.pair_nvfp4_weight(packed)
+    repacked = {"paired": (ops.pair_nvfp4_weight(packed), scale), "fragment": ops.fragment_nvfp4_weight(packed, scale)}
     per_row = (gs * torch.linspace(0.5, 2.0, n)).contiguous()
     bias = torch.randn(n, generator=g).to(dtype)
     for m in (1, 17):
         x = torch.randn(2, m, k, generator=g).to(dtype)
         for args in ((gs.reshape(1),), (per_row, bias)):
             want = ops.nvfp4_linear(x, packed, scale, *args)
-            got = ops.nvfp4_linear(x, paired, scale, *args, b_paired=True)
-            assert got.dtype == dtype and torch.equal(got, want)
+            for packing, (b, b_scale) in repacked.items():
+                got = ops.nvfp4_linear(x, b, b_scale, *args, packing=packing)
+                assert got.dtype == dtype and torch.equal(got, want), packing
 
 
 def test_native_with_paired_weight_raises():
@@ -190,19 +284,23 @@ def test_native_with_paired_weight_raises():
     packed, scale, gs = reference.quantize_nvfp4(torch.randn(64, 256, generator=torch.Generator().manual_seed(5)))
     x = torch.randn(3, 256).to(torch.bfloat16)
     native = ops.nvfp4_native_operands(scale, torch.ones(1), gs.reshape(1))
-    with pytest.raises(ValueError, match=r"^native and b_paired=True"):
-        ops.nvfp4_linear(x, ops.pair_nvfp4_weight(packed), scale, gs.reshape(1), native=native, b_paired=True)
+    with pytest.raises(ValueError, match=r"^native needs packing='modelopt'"):
+        ops.nvfp4_linear(x, ops.pair_nvfp4_weight(packed), scale, gs.reshape(1), native=native, packing="paired")
     ops.nvfp4_linear(x, packed, scale, gs.reshape(1), native=native)  # the checkpoint packing goes
 
 
 @needs_kernels()
 @pytest.mark.parametrize("m", (1, 16, 64))
-def test_linear_on_paired_weight_on_cuda(m):
-    """The kernels on the paired packing against the float64 reference of the ModelOpt weight (their summation
-    order may differ from the ModelOpt call's, so the bound, not equality; tests/test_fp4.py covers every row)."""
+def test_linear_on_repacked_weight_on_cuda(m):
+    """The kernels on the paired and fragment packings against the float64 reference of the ModelOpt weight (their
+    summation order may differ from the ModelOpt call's, so the bound, not equality; tests/test_fp4.py covers every
+    row)."""
     g = torch.Generator(device="cuda").manual_seed(6)
-    n, k = 520, 1024
+    n, k = 528, 1024  # ragged against 128-row tiles; the fragment packing needs N % 16
     packed, scale, gs = reference.quantize_nvfp4(torch.randn(n, k, device="cuda", generator=g))
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-    out = ops.nvfp4_linear(x, ops.pair_nvfp4_weight(packed), scale, gs.reshape(1), b_paired=True)
-    reference.assert_close_to_ref(out, reference.nvfp4_linear_ref(x, packed, scale, gs.reshape(1)), f"paired M={m}")
+    want = reference.nvfp4_linear_ref(x, packed, scale, gs.reshape(1))
+    out = ops.nvfp4_linear(x, ops.pair_nvfp4_weight(packed), scale, gs.reshape(1), packing="paired")
+    reference.assert_close_to_ref(out, want, f"paired M={m}")
+    out = ops.nvfp4_linear(x, *ops.fragment_nvfp4_weight(packed, scale), gs.reshape(1), packing="fragment")
+    reference.assert_close_to_ref(out, want, f"fragment M={m}")

@@ -62,7 +62,7 @@ class Nvfp4Format(Format):
     def stored(self, layer, name):
         # A CPU layer is never native, so it holds its weight in the paired packing the weight-only kernels read.
         if name == "weight":
-            assert layer.blockfp8_nvfp4_paired and not layer.blockfp8_nvfp4_native
+            assert layer.blockfp8_nvfp4_packing == "paired" and not layer.blockfp8_nvfp4_native
             return reference.unpair_nvfp4_weight(layer.weight.data)
         return super().stored(layer, name)
 

@@ -298,10 +298,13 @@ def _bad_cases():
         "nvfp4 bias": (lambda: ops.nvfp4_linear(x, packed, scale, gs, torch.zeros(63, dtype=torch.bfloat16)),
                        r"^bias must be \[N\]"),
         # The native GEMM reads the ModelOpt packing: a paired b cannot go to it.
-        "nvfp4 native with b_paired": (lambda: ops.nvfp4_linear(
+        "nvfp4 native with a paired b": (lambda: ops.nvfp4_linear(
             x, reference.pair_nvfp4_weight(packed), scale, gs,
-            native=ops.nvfp4_native_operands(scale, torch.ones(1), gs.reshape(1)), b_paired=True),
-            r"^native and b_paired=True"),
+            native=ops.nvfp4_native_operands(scale, torch.ones(1), gs.reshape(1)), packing="paired"),
+            r"^native needs packing='modelopt'"),
+        "nvfp4 packing": (lambda: ops.nvfp4_linear(x, packed, scale, gs, packing="paird"), r"^packing must be one of"),
+        "nvfp4 fragment b_scale dtype": (lambda: ops.nvfp4_linear(x, packed, scale, gs, packing="fragment"),
+                                         r"^b_scale must be uint8 \[N, K/16\]"),
     }
 
 

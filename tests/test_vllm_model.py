@@ -308,7 +308,7 @@ def test_nvfp4_weights_global_scales_and_apply(nvfp4_model, layer, fused):
     w = _cat(ckpt, layer, fused, "weight")
     s = _cat(ckpt, layer, fused, "weight_scale")
     # Not native on CPU: the layer holds the paired packing the weight-only kernels read.
-    assert mod.blockfp8_nvfp4_paired and not mod.blockfp8_nvfp4_native
+    assert mod.blockfp8_nvfp4_packing == "paired" and not mod.blockfp8_nvfp4_native
     assert_bits_equal(reference.unpair_nvfp4_weight(mod.weight.data), w, f"layer {layer} {fused}.weight")
     assert_bits_equal(mod.weight_scale.data, s, f"layer {layer} {fused}.weight_scale")
     shard_scales = [ckpt[f"model.layers.{layer}.{m}.weight_scale_2"].reshape(()) for m in FUSED[fused]]

@@ -218,8 +218,9 @@ def run_reference(max_tokens: int, fmt: str = "fp8-block") -> None:
             x = torch.randn(m, k, generator=gen).bfloat16()
             if fmt == "nvfp4":
                 packed, scale, gs = reference.quantize_nvfp4(w)
-                # The paired packing, as the vLLM layer stores the weight; the reference reads ModelOpt's.
-                out = ops.nvfp4_linear(x, ops.pair_nvfp4_weight(packed), scale, gs.reshape(1), b_paired=True)
+                # The weight as the vLLM layer stores it; the reference reads ModelOpt's packing.
+                b, b_scale, packing = ops.nvfp4_layer_weight(packed, scale)
+                out = ops.nvfp4_linear(x, b, b_scale, gs.reshape(1), packing=packing)
                 ref = reference.nvfp4_linear_ref(x, packed, scale, gs)
             else:
                 q, s = reference.quantize_block_fp8(w)

@@ -19,13 +19,14 @@ _SCHEMAS = {
     "linear": "linear(Tensor x, Tensor b, Tensor b_scale, Tensor? bias=None, int row=-1) -> Tensor",
     "nvfp4_linear": ("nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, Tensor? bias=None, "
                      "int row=-1, Tensor? b_scale_swizzled=None, Tensor? input_scale=None, Tensor? alpha=None, "
-                     "bool b_paired=False) -> Tensor"),
+                     "int packing=0) -> Tensor"),
     "nvfp4_quant": "nvfp4_quant(Tensor x, Tensor input_scale) -> (Tensor, Tensor)",
     "nvfp4_swizzle_scale": "nvfp4_swizzle_scale(Tensor scale) -> Tensor",
     "nvfp4_gemm": ("nvfp4_gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor alpha, ScalarType out_dtype, "
                    "int row=-1) -> Tensor"),
     "nvfp4_native_rows": "nvfp4_native_rows() -> str",
     "nvfp4_native_path": "nvfp4_native_path(int cc, int m, int n, int k) -> str",
+    "nvfp4_layer_packing": "nvfp4_layer_packing(int cc, int n, int k) -> int",
     "nvfp4_gemm_reference": ("nvfp4_gemm_reference(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor alpha) "
                              "-> (Tensor, Tensor)"),
     "nvfp4_self_check": "nvfp4_self_check() -> str",

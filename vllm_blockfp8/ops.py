@@ -64,11 +64,12 @@ def _check_weight(b: torch.Tensor, b_scale: torch.Tensor, k: int, device: torch.
     return n
 
 
-def _row_arg(family: str, row, m: int, n: int, k: int, x: Optional[torch.Tensor] = None) -> int:
+def _row_arg(family: str, row, m: int, n: int, k: int, x: Optional[torch.Tensor] = None, query: str = "") -> int:
     """The row index for the op: -1 (select by M) or a forced row that can run this problem.
 
     A forced row's precondition is checked here, before the op: an error raised inside a
-    stable-ABI kernel after it took its tensor arguments would not unwind safely.
+    stable-ABI kernel after it took its tensor arguments would not unwind safely. ``query``: the
+    family name the check asks about where it differs (an NVFP4 packing: ``nvfp4:<packing>``).
     """
     if row is None:
         return -1
@@ -83,7 +84,7 @@ def _row_arg(family: str, row, m: int, n: int, k: int, x: Optional[torch.Tensor]
         return index
     _need(0 <= index < len(rows), f"row {index} is out of range for the {family} table ({len(rows)} rows)")
     address, stride = (x.data_ptr(), x.stride(0)) if x is not None and x.dim() == 2 else (0, k)
-    why = torch.ops.blockfp8.row_rejects(family, index, m, n, k, address, stride)
+    why = torch.ops.blockfp8.row_rejects(query or family, index, m, n, k, address, stride)
     _need(not why, f"row {names[index]} cannot run M={m} N={n} K={k}: {why}")
     return index
 
@@ -221,14 +222,13 @@ def _linear_fake(x, b, b_scale, bias=None, row=-1):
     return x.new_empty((x.shape[0], b.shape[0]))
 
 
-# The nvfp4 rows whose names start with this read only the paired packing (pair_nvfp4_weight): the SM90 wgmma
-# W4A16 GEMMs. Every other row reads both packings.
-NVFP4_PAIRED_ONLY_ROW_PREFIX = "fp4_wgmma_"
+# The packings of an NVFP4 weight nvfp4_linear reads (its ``packing`` argument; the op's int is the index).
+NVFP4_PACKINGS = ("modelopt", "paired", "fragment")
 
 
 def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global_scale: torch.Tensor,
                  bias: Optional[torch.Tensor] = None, row=None, *, native: Optional[dict] = None,
-                 b_paired: bool = False) -> torch.Tensor:
+                 packing: str = "modelopt") -> torch.Tensor:
     """NVFP4 linear: x [..., K] bf16/fp16 -> [..., N] in x's dtype.
 
     b uint8 [N, K/2] (two E2M1 codes per byte, low nibble first), b_scale float8_e4m3fn [N, K/16],
@@ -236,14 +236,17 @@ def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global
     Weight-only by default: the op picks its kernel row by M from the ``nvfp4`` tile table (decode
     GEMV, W4A16 tensor-core GEMM, FMA fallback); ``row`` forces one (index or name).
 
-    ``b_paired``: b is in the paired packing of :func:`pair_nvfp4_weight` (what the vLLM layer stores),
-    not ModelOpt's. The SM90 wgmma rows (``fp4_wgmma_*``) read only the paired packing, so with ModelOpt
-    packing an H100/H200 runs M > 16 on the slower mma.sync rows, and forcing a wgmma row is refused.
+    ``packing``: how b and b_scale are laid out: ``"modelopt"`` (the checkpoint's, above), ``"paired"``
+    (:func:`pair_nvfp4_weight`: the same bytes per row, each word's bits permuted) or ``"fragment"``
+    (:func:`fragment_nvfp4_weight`: b in the tensor cores' fragment order and b_scale uint8 exp8 bytes,
+    N % 16 == 0, K % 64 == 0). The vLLM layer stores what :func:`nvfp4_layer_packing` says for the GPU.
+    Not every row reads every packing (the SM90 wgmma rows read the fragment one only, the mma.sync W4A16
+    rows the other two): the op picks among those that do, and a forced row that does not is refused.
 
     ``native`` ({"b_scale_swizzled", "input_scale", "alpha"}: :func:`nvfp4_native_operands`) lets the
     op run W4A4 where ``nvfp4_native_path`` says so (SM120, M > 16): x quantized to NVFP4 with
     ``input_scale``, then the native block-scaled GEMM, which reads the ModelOpt packing (so ``native``
-    with ``b_paired=True`` is a ValueError). A forced ``row`` always runs weight-only.
+    with another packing is a ValueError). A forced ``row`` always runs weight-only.
     """
     _check_activation("x", x, rank=None)
     _need(x.dim() >= 1, "x must have at least one dimension (K)")
@@ -254,8 +257,14 @@ def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global
     n = b.shape[0]
     _need(b.shape[1] * 2 == k, f"b must have K/2 = {k // 2} columns to match the activations' K = {k}, got {b.shape[1]}")
     _need(k % 32 == 0, f"K = {k} is not supported: NVFP4 needs a multiple of 32")
-    _need(b_scale.dtype == reference.FP8_DTYPE and tuple(b_scale.shape) == (n, k // 16),
-          f"b_scale must be float8_e4m3fn [N, K/16] = {[n, k // 16]}, got {b_scale.dtype} {list(b_scale.shape)}")
+    _need(packing in NVFP4_PACKINGS, f"packing must be one of {NVFP4_PACKINGS}, got {packing!r}")
+    scale_dtype = torch.uint8 if packing == "fragment" else reference.FP8_DTYPE
+    _need(b_scale.dtype == scale_dtype and tuple(b_scale.shape) == (n, k // 16),
+          f"b_scale must be {str(scale_dtype).removeprefix('torch.')} [N, K/16] = {[n, k // 16]} for the {packing} packing, got {b_scale.dtype} "
+          f"{list(b_scale.shape)}")
+    if packing == "fragment":
+        why = reference.fragment_packing_rejects(n, k)
+        _need(why is None, f"the fragment packing does not apply: {why}")
     _need(b_scale.is_contiguous(), "b_scale must be contiguous")
     _need(global_scale.dtype == torch.float32 and global_scale.numel() in (1, n),
           f"global_scale must be float32 with 1 or N = {n} elements, got {global_scale.dtype} {tuple(global_scale.shape)}")
@@ -266,8 +275,8 @@ def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global
         _need(bias.is_contiguous(), "bias must be contiguous")
     for name, t in (("b", b), ("b_scale", b_scale), ("global_scale", global_scale), ("bias", bias)):
         _need(t is None or t.device == x.device, f"{name} is on {t.device if t is not None else None} but x is on {x.device}")
-    _need(native is None or not b_paired,
-          "native and b_paired=True cannot go together: the native GEMM reads the ModelOpt packing of b")
+    _need(native is None or packing == "modelopt",
+          f"native needs packing='modelopt', got {packing!r}: the native GEMM reads the ModelOpt packing of b")
     extra = (None, None, None)
     if native is not None:
         sw, isc, alpha = native["b_scale_swizzled"], native["input_scale"], native["alpha"]
@@ -280,23 +289,15 @@ def nvfp4_linear(x: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, global
             _need(t.device == x.device and t.is_contiguous(), f"native {name} must be contiguous on {x.device}")
         extra = (sw, isc.reshape(1), alpha.reshape(1))
     x2 = x.reshape(-1, k)
-    row_index = _row_arg("nvfp4", row, x2.shape[0], n, k, x2)
-    # row_rejects asks about the paired packing (what the layer passes); the ModelOpt one is refused here, before the
-    # op, for the rows that cannot read it.
-    if row_index >= 0 and not b_paired:
-        names = [r["name"] for r in tile_table("nvfp4")]
-        if row_index < len(names):
-            _need(not names[row_index].startswith(NVFP4_PAIRED_ONLY_ROW_PREFIX),
-                  f"row {names[row_index]} cannot run M={x2.shape[0]} N={n} K={k}: the wgmma rows read the paired "
-                  "packing only (b_paired=True with b from pair_nvfp4_weight; the vLLM layer stores it)")
+    row_index = _row_arg("nvfp4", row, x2.shape[0], n, k, x2, query=f"nvfp4:{packing}")
     out = torch.ops.blockfp8.nvfp4_linear(x2, b, b_scale, global_scale.reshape(-1), bias, row_index, *extra,
-                                          bool(b_paired))
+                                          NVFP4_PACKINGS.index(packing))
     return out.reshape(*x.shape[:-1], n)
 
 
 def pair_nvfp4_weight(b: torch.Tensor) -> torch.Tensor:
     """ModelOpt-packed NVFP4 weight uint8 [N, K/2] -> the paired packing that ``nvfp4_linear(...,
-    b_paired=True)`` reads (once, at load; same shape, K % 32 == 0). Each aligned 32-bit word's bits are
+    packing="paired")`` reads (once, at load; same shape, K % 32 == 0). Each aligned 32-bit word's bits are
     permuted so the decode kernels turn each pair of values into 16-bit operands with one shift and one
     mask (``reference.NVFP4_PAIRED_BITS``); ``reference.unpair_nvfp4_weight`` inverts it."""
     _need(isinstance(b, torch.Tensor) and b.dtype == torch.uint8 and b.dim() == 2,
@@ -306,13 +307,55 @@ def pair_nvfp4_weight(b: torch.Tensor) -> torch.Tensor:
     return reference.pair_nvfp4_weight(b)
 
 
+def fragment_nvfp4_weight(b: torch.Tensor, b_scale: torch.Tensor) -> tuple:
+    """ModelOpt-packed NVFP4 weight uint8 [N, K/2] and its e4m3 scales [N, K/16] -> (b, b_scale) in the fragment
+    packing that ``nvfp4_linear(..., packing="fragment")`` reads (once, at load; N % 16 == 0, K % 64 == 0, scales
+    non-negative): each lane of the tensor-core kernels loads exactly its mma fragment's codes, and the scales
+    become exp8 bytes (exact for every positive e4m3 value; a zero scale's codes are zeroed instead).
+    ``reference.unfragment_nvfp4_weight`` inverts it."""
+    _need(isinstance(b, torch.Tensor) and b.dtype == torch.uint8 and b.dim() == 2,
+          f"b must be uint8 [N, K/2], got {getattr(b, 'dtype', type(b).__name__)} {tuple(getattr(b, 'shape', ()))}")
+    n, k = b.shape[0], 2 * b.shape[1]
+    _need(b_scale.dtype == reference.FP8_DTYPE and tuple(b_scale.shape) == (n, k // 16),
+          f"b_scale must be float8_e4m3fn [N, K/16] = {[n, k // 16]}, got {b_scale.dtype} {list(b_scale.shape)}")
+    why = reference.fragment_packing_rejects(n, k)
+    _need(why is None, f"the fragment packing does not apply: {why}")
+    codes, exp8 = reference.fragment_nvfp4_weight(b.contiguous(), b_scale.contiguous())
+    return codes.contiguous(), exp8.contiguous()
+
+
+def nvfp4_layer_packing(n: int, k: int, device=None) -> str:
+    """The packing the vLLM layer stores for an [N, K] NVFP4 weight on ``device`` (default: the current CUDA device):
+    ``"fragment"`` where this build has the SM90 wgmma rows and the GPU is SM90 (N % 16, K % 64), else
+    ``"paired"``. Without a GPU or the extension: ``"paired"`` (the reference backend reads any packing)."""
+    device = torch.device(device) if device is not None else None
+    if not HAS_CUDA_KERNELS or not torch.cuda.is_available() or (device is not None and device.type != "cuda"):
+        return "paired"
+    major, minor = torch.cuda.get_device_capability(device)
+    return NVFP4_PACKINGS[int(torch.ops.blockfp8.nvfp4_layer_packing(10 * major + minor, n, k))]
+
+
+def nvfp4_layer_weight(b: torch.Tensor, b_scale: torch.Tensor) -> tuple:
+    """(b, b_scale, packing): a ModelOpt-packed weight and its e4m3 scales repacked as the vLLM layer stores them on
+    b's device (:func:`nvfp4_layer_packing`; a weight with a negative scale, which exp8 cannot hold, stays paired),
+    ready for ``nvfp4_linear(x, b, b_scale, ..., packing=packing)``."""
+    packing = nvfp4_layer_packing(b.shape[0], 2 * b.shape[1], b.device)
+    if packing == "fragment" and bool((b_scale.float() < 0).any()):  # one sync, at load
+        packing = "paired"
+    if packing == "fragment":
+        return (*fragment_nvfp4_weight(b, b_scale), packing)
+    return pair_nvfp4_weight(b.contiguous()), b_scale, packing
+
+
 def _nvfp4_linear_ref(x, b, b_scale, global_scale, bias=None, row=-1, b_scale_swizzled=None, input_scale=None,
-                      alpha=None, b_paired=False):
+                      alpha=None, packing=0):
     # The reference backend is weight-only on every device (the native path needs the SM120 kernels).
     # Dequantize in the op and run one fp32 GEMM (CPU, or CUDA without the extension). Only device
     # ops on the given tensors: no host tensor is built, so CUDA graphs can capture it. e2m1 * e4m3
     # * an fp32 global scale is not representable in x's dtype: the output rounds once.
-    if b_paired:
+    if packing == 2:
+        b, b_scale = reference.unfragment_nvfp4_weight(b, b_scale)
+    elif packing == 1:
         b = reference.unpair_nvfp4_weight(b)
     w = reference.dequantize_nvfp4(b, b_scale, global_scale.reshape(-1, 1))
     out = x.float() @ w.t()
@@ -323,7 +366,7 @@ def _nvfp4_linear_ref(x, b, b_scale, global_scale, bias=None, row=-1, b_scale_sw
 
 @torch.library.register_fake("blockfp8::nvfp4_linear")
 def _nvfp4_fake(x, b, b_scale, global_scale, bias=None, row=-1, b_scale_swizzled=None, input_scale=None,
-                alpha=None, b_paired=False):
+                alpha=None, packing=0):
     return x.new_empty((x.shape[0], b.shape[0]))
 
 

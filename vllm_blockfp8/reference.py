@@ -16,6 +16,7 @@ Quantizers are bit-exact contracts: the CUDA quantizer must produce the same byt
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
@@ -221,6 +222,96 @@ def pair_nvfp4_weight(b: torch.Tensor) -> torch.Tensor:
 def unpair_nvfp4_weight(b_paired: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`pair_nvfp4_weight`."""
     return _permute_words(b_paired, inverse=True)
+
+
+# The fragment packing: what the SM90 layer stores (made once at load, ``fragment_nvfp4_weight``), so that each lane
+# of the tensor-core kernels loads exactly the codes of its mma A fragment and decodes whole words. For each 16-row
+# tile T and 64-deep K stage S a block of 512 bytes at (T * K / 64 + S) * 512; lane l = 4 g + t's 16 bytes at
+# 16 l are four paired words (one per k16 step kk), word kk holding elements (row g, k 2t), (g, 2t + 1), (g + 8, 2t),
+# (g + 8, 2t + 1), (g, 2t + 8), (g, 2t + 9), (g + 8, 2t + 8), (g + 8, 2t + 9) at k relative to 64 S + 16 kk, in that
+# element order: the paired decode's 4 pairs are the fragment registers a[0..3] of mma.sync m16n8k16 and of one
+# warp's share of wgmma m64nNk16 (csrc/fp4/fragment.cuh).
+# Its scales are exp8 bytes, in the same blocks: 64 bytes per (T, S) at (T * K / 64 + S) * 64, lane group g's 8 at
+# 8 g (row g's steps 0-3, then row g + 8's). exp8 = (bf16 exponent field of scale * 2^119 - 237) << 3 | its top 3
+# mantissa bits: every positive e4m3 value is exact in a byte (fields 237 = 2^-9 * 2^119, the smallest subnormal,
+# to 254 = 448 * 2^119), and the bf16 bits are (byte << 4) + 0x7680. Zero has no byte: a zero-scale group's codes
+# are zeroed (its products are zero either way) and its byte is 0. Negative or NaN scales are refused.
+FRAGMENT_ROWS = 16
+FRAGMENT_K = 64
+
+
+def fragment_packing_rejects(n: int, k: int) -> Optional[str]:
+    """None if an [N, K] NVFP4 weight can take the fragment packing, else why not."""
+    if n % FRAGMENT_ROWS:
+        return f"N = {n} is not a multiple of {FRAGMENT_ROWS} (16-row mma tiles)"
+    if k % FRAGMENT_K:
+        return f"K = {k} is not a multiple of {FRAGMENT_K} (64-deep stages)"
+    return None
+
+
+def exp8_scales(scale: torch.Tensor) -> torch.Tensor:
+    """e4m3 scales (any shape) -> their exp8 bytes (uint8, same shape); zero -> 0. ValueError on a negative or NaN
+    scale."""
+    s = scale.float()
+    if bool(torch.isnan(s).any()) or bool((s < 0).any()):
+        raise ValueError("the fragment packing needs non-negative, finite NVFP4 weight scales")
+    bits = (s * 2.0 ** 119).view(torch.int32)
+    field, mantissa = (bits >> 23) & 0xFF, (bits >> 20) & 7
+    return torch.where(s > 0, ((field - 237) << 3) | mantissa, torch.zeros_like(bits)).to(torch.uint8)
+
+
+def exp8_decode(e: torch.Tensor, zero: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """exp8 bytes -> the scale values (fp32); where ``zero`` (bool) is set, 0."""
+    bits = ((e.to(torch.int32) << 4) + 0x7680) << 16
+    v = bits.view(torch.float32) * 2.0 ** -119
+    return v if zero is None else torch.where(zero, torch.zeros_like(v), v)
+
+
+def _fragment_order(t: torch.Tensor, n: int, k: int, per_k: int) -> torch.Tensor:
+    """[N, K * per_k / 16 ...] viewed as the fragment packing's (T, half, g, S, kk, [hi, t, j]) and permuted to its
+    memory order (T, S, g, [t, kk, hi,] half, [j])."""
+    if per_k == 16:  # one value per element: [N, K]
+        v = t.reshape(n // 16, 2, 8, k // 64, 4, 2, 4, 2)  # T, half, g, S, kk, hi, t, j
+        return v.permute(0, 3, 2, 6, 4, 5, 1, 7).reshape(-1)
+    v = t.reshape(n // 16, 2, 8, k // 64, 4)  # one per group: T, half, g, S, kk
+    return v.permute(0, 3, 2, 1, 4).reshape(-1)
+
+
+def fragment_nvfp4_weight(b: torch.Tensor, scale: torch.Tensor) -> tuple:
+    """ModelOpt packing uint8 [N, K/2] and e4m3 scales [N, K/16] -> (codes uint8 [N, K/2], exp8 uint8 [N, K/16]) in
+    the fragment packing (see above; the shapes only size the buffers). ValueError where the packing does not apply
+    (:func:`fragment_packing_rejects`) or a scale is negative or NaN."""
+    if b.dtype != torch.uint8 or b.dim() != 2 or scale.dim() != 2:
+        raise ValueError(f"the packed weight must be uint8 [N, K/2], got {b.dtype} {tuple(b.shape)}")
+    n, k = b.shape[0], 2 * b.shape[1]
+    if tuple(scale.shape) != (n, k // NVFP4_GROUP):
+        raise ValueError(f"the scales must be [N, K/16] = {[n, k // NVFP4_GROUP]}, got {list(scale.shape)}")
+    if (why := fragment_packing_rejects(n, k)) is not None:
+        raise ValueError(f"the fragment packing does not apply: {why}")
+    e8 = exp8_scales(scale)
+    codes = torch.stack((b & 0xF, b >> 4), dim=-1).reshape(n, k // NVFP4_GROUP, NVFP4_GROUP)
+    codes = torch.where((scale.float() > 0).unsqueeze(-1), codes, torch.zeros_like(codes)).reshape(n, k)
+    ordered = _fragment_order(codes, n, k, 16).reshape(-1, 2)  # element pairs of each word, in element order
+    modelopt = (ordered[:, 0] | (ordered[:, 1] << 4)).reshape(n, k // 2)
+    return pair_nvfp4_weight(modelopt), _fragment_order(e8, n, k, 1).reshape(n, k // NVFP4_GROUP)
+
+
+def unfragment_nvfp4_weight(codes: torch.Tensor, exp8: torch.Tensor) -> tuple:
+    """Inverse of :func:`fragment_nvfp4_weight` up to the zeroed groups: (ModelOpt packing uint8 [N, K/2], scales
+    fp32 [N, K/16]) of the weight the fragment packing holds."""
+    n, k = codes.shape[0], 2 * codes.shape[1]
+    words = unpair_nvfp4_weight(codes).reshape(-1)
+    ordered = torch.stack((words & 0xF, words >> 4), dim=-1).reshape(-1)
+    index = _fragment_order(torch.arange(n * k, device=codes.device), n, k, 16)
+    plain = torch.empty_like(ordered)
+    plain[index] = ordered
+    plain = plain.reshape(n, k)
+    s_index = _fragment_order(torch.arange(n * k // NVFP4_GROUP, device=codes.device), n, k, 1)
+    e_plain = torch.empty_like(exp8.reshape(-1))
+    e_plain[s_index] = exp8.reshape(-1)
+    zero = (plain.reshape(n, k // NVFP4_GROUP, NVFP4_GROUP) == 0).all(dim=-1)
+    scale = exp8_decode(e_plain.reshape(n, k // NVFP4_GROUP), zero)
+    return (plain[:, 0::2] | (plain[:, 1::2] << 4)).contiguous(), scale
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,8 +20,6 @@
 #   tma_probe    dev/probes/tma_ingress_probe.cu: TMA ingress per SM by source and active SMs; wgmma against a
 #                concurrent TMA writer (does the writer take shared-memory bandwidth from wgmma?)
 #   wgmma_probe  dev/probes/wgmma_rate_probe.cu: cycles per FP8 wgmma by N, chains, issue order, warpgroups
-#   fp4_fragment_probe  dev/probes/fp4_fragment_probe.cu: the NVFP4 wgmma GEMM on a weight packed in the A
-#                fragment's order (e4m3 or bf16 scales) beside today's paired-packing kernel, checked and timed
 #   fp4_frag_gemv_probe  dev/probes/fp4_frag_gemv_probe.cu: the NVFP4 decode GEMV on the fragment packing beside
 #                today's GEMV rows at M = 1-16, checked and timed
 #   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST[@SHAPES]" in GEMM_AB
@@ -144,9 +142,6 @@ for s in "$@"; do
     wgmma_probe) stage wgmma_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include dev/probes/wgmma_rate_probe.cu \
                   -o /tmp/wgmma_rate_probe && /tmp/wgmma_rate_probe benchmarks/results/wgmma_rate_probe.json' ;;
-    fp4_fragment_probe) stage fp4_fragment_probe 180 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
-                  --expt-relaxed-constexpr dev/probes/fp4_fragment_probe.cu -o /tmp/fp4_fragment_probe \
-                  && /tmp/fp4_fragment_probe benchmarks/results/fp4_fragment_probe.json' ;;
     fp4_frag_gemv_probe) stage fp4_frag_gemv_probe 150 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   --expt-relaxed-constexpr dev/probes/fp4_frag_gemv_probe.cu -o /tmp/fp4_frag_gemv_probe \
                   && /tmp/fp4_frag_gemv_probe benchmarks/results/fp4_frag_gemv_probe.json' ;;

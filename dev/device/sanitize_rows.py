@@ -12,8 +12,8 @@ W8A8 GEMM table for the process (ops.set_gemm_table: the SM89 rows run on the H2
 its ragged cases: M one short of and past each row's token tile, odd N (the element-by-element store).
 
 Covers every row of tile_table("quant"), tile_table("gemv"), tile_table("nvfp4") (the weight-only NVFP4 rows:
-GEMVs, the mma.sync and, on SM90, the wgmma W4A16 GEMMs; each case in the paired packing and, where the row reads
-it (all but the wgmma rows), ModelOpt's) and, where this GPU has one, tile_table("gemm"). Shapes are ragged on
+GEMVs, the mma.sync and, on SM90, the wgmma W4A16 GEMMs; each case in every packing the row reads: fragment (N
+rounded up to a multiple of 16), paired, ModelOpt's) and, where this GPU has one, tile_table("gemm"). Shapes are ragged on
 purpose (N not a multiple of 16 or 128, K with a partial last 128-block, M not a multiple of a row's token tile) so
 the edge guards run. A GEMV tensor-core row chooses among entry points inside its launcher (8- or 16-warp K split,
 residency-pinned), so it runs once per entry point. Each output is checked against the reference too, so a silent wrong answer fails.
@@ -76,20 +76,20 @@ def _nvfp4_cases(row: dict):
     # M at the row's bound (or past a 64/128/256-token tile), N ragged against 16, 64 and 128 (4360: > 2 16-row
     # tiles per SM on 132 SMs, so the wide-layer GEMV rows take it), K of 2 and 56
     # 128-blocks; the second case leaves the K-splitting rows few tiles (their partials and the reduce run).
-    # Each in the paired packing (what the layer stores) and, where the row reads it, ModelOpt's: the two
-    # packings take different decode code.
+    # Each in every packing (the packings take different decode code; a row that does not read one is skipped):
+    # the fragment packing needs N % 16 == 0, so its N is rounded up (still ragged against 64 and 128).
     m = row["max_m"] if row["max_m"] is not None else 300
-    packings = (True,) if row["name"].startswith(ops.NVFP4_PAIRED_ONLY_ROW_PREFIX) else (True, False)
-    return [(*shape, paired) for shape in ((m, 1000, 256), (m, 520, 7168), (min(m, 77), 4360, 1024))
-            for paired in packings]
+    return [(m_, n + (-n % 16 if packing == "fragment" else 0), k, packing)
+            for m_, n, k in ((m, 1000, 256), (m, 520, 7168), (min(m, 77), 4360, 1024))
+            for packing in ops.NVFP4_PACKINGS]
 
 
 def _label(case: tuple) -> str:
     label = "x".join(map(str, case[:3]))
-    return label if len(case) == 3 else label + ("/paired" if case[3] else "/modelopt")
+    return label if len(case) == 3 else f"{label}/{case[3]}"
 
 
-def _run(family: str, row: dict, m: int, n: int, k: int, paired: bool = True) -> str:
+def _run(family: str, row: dict, m: int, n: int, k: int, packing: str = "fragment") -> str:
     g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 13 + k)
     x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     if family == "quant":  # bit-exact, not close: compare every byte
@@ -105,16 +105,20 @@ def _run(family: str, row: dict, m: int, n: int, k: int, paired: bool = True) ->
         return "ok"
     if family == "nvfp4":
         packed, scale, gs = reference.quantize_nvfp4(torch.randn(n, k, device="cuda", generator=g))
-        b = ops.pair_nvfp4_weight(packed) if paired else packed
+        b, b_scale = packed, scale
+        if packing == "paired":
+            b = ops.pair_nvfp4_weight(packed)
+        elif packing == "fragment":
+            b, b_scale = ops.fragment_nvfp4_weight(packed, scale)
         try:
-            out = ops.nvfp4_linear(x, b, scale, gs.reshape(1), None, row=row["name"], b_paired=paired)
+            out = ops.nvfp4_linear(x, b, b_scale, gs.reshape(1), None, row=row["name"], packing=packing)
             torch.cuda.synchronize()
         except (RuntimeError, ValueError) as exc:
             if "cannot run" in str(exc):
                 return "skip"
             raise
         ref = reference.nvfp4_linear_ref(x, packed, scale, gs.reshape(1), None)
-        reference.assert_close_to_ref(out, ref, f"nvfp4 {row['name']} M={m} N={n} K={k} paired={paired}")
+        reference.assert_close_to_ref(out, ref, f"nvfp4 {row['name']} M={m} N={n} K={k} {packing}")
         return "ok"
     b, bs = reference.quantize_block_fp8(torch.randn(n, k, device="cuda", generator=g))
     try:

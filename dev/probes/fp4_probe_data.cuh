@@ -1,7 +1,7 @@
-// Host-side data of the NVFP4 fragment probes (fp4_fragment_probe.cu, fp4_frag_gemv_probe.cu): NVFP4 codes and
-// scales decoded to float, the fp32 reference kernel every variant is checked against, the packings they time
-// (today's paired bytes; the A-fragment order with its scales as e4m3, bf16 or exp8: fp4_frag_scales.cuh), random
-// inputs, and the copy rate the floor uses.
+// Host-side data of the NVFP4 GEMV probe (fp4_frag_gemv_probe.cu): NVFP4 codes and scales decoded to float, the fp32
+// reference kernel every variant is checked against, the two packings it times (paired bytes with e4m3 scales; the
+// fragment packing with exp8 scales, vllm_blockfp8/csrc/fp4/fragment.cuh: the host twin of
+// reference.fragment_nvfp4_weight), random inputs, and the copy rate the floor uses.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -63,9 +63,9 @@ inline uint32_t paired_word(const int (&codes)[8]) {
   return w;
 }
 
-// frag_z: the fragment codes with every zero-scale group's codes zeroed, which the exp8 scales (frag_x8) need.
+// frag: the fragment codes, every zero-scale group's codes zeroed (exp8 has no zero); frag_x8: its exp8 scales.
 struct Packed {
-  std::vector<uint8_t> paired, frag, frag_z, frag_s8, frag_s16, frag_x8;
+  std::vector<uint8_t> paired, frag, frag_x8;
 };
 
 // bf16 bits of scale * 2^119 (exact: an e4m3 value has 4 significant bits and 448 * 2^119 < bf16's max).
@@ -99,9 +99,6 @@ inline Packed pack(const std::vector<uint8_t>& codes, const std::vector<uint8_t>
     }
   const int stages = k / 64, tiles = n / 16;
   p.frag.resize(size_t(n) * k / 2);
-  p.frag_z.resize(size_t(n) * k / 2);
-  p.frag_s8.resize(size_t(n) * k / 16);
-  p.frag_s16.resize(size_t(n) * k / 8);
   p.frag_x8.resize(size_t(n) * k / 16);
   for (int tile = 0; tile < tiles; ++tile)
     for (int s = 0; s < stages; ++s) {
@@ -110,27 +107,20 @@ inline Packed pack(const std::vector<uint8_t>& codes, const std::vector<uint8_t>
         const int g = lane / 4, t = lane % 4, r0 = 16 * tile + g, r1 = r0 + 8;
         for (int kk = 0; kk < 4; ++kk) {
           const int k0 = 64 * s + 16 * kk + 2 * t;
-          for (const bool zeroed : {false, true}) {
-            auto code = [&](int r, int kc) {
-              const bool zero_scale = (scales[size_t(r) * (k / 16) + kc / 16] & 0x7f) == 0;
-              return zeroed && zero_scale ? 0 : int(codes[size_t(r) * k + kc]);
-            };
-            const int c[8] = {code(r0, k0), code(r0, k0 + 1), code(r1, k0),     code(r1, k0 + 1),
-                              code(r0, k0 + 8), code(r0, k0 + 9), code(r1, k0 + 8), code(r1, k0 + 9)};
-            const uint32_t w = paired_word(c);
-            std::memcpy(&(zeroed ? p.frag_z : p.frag)[block * 512 + 16 * lane + 4 * kk], &w, 4);
-          }
+          auto code = [&](int r, int kc) {
+            return (scales[size_t(r) * (k / 16) + kc / 16] & 0x7f) == 0 ? 0 : int(codes[size_t(r) * k + kc]);
+          };
+          const int c[8] = {code(r0, k0), code(r0, k0 + 1), code(r1, k0),     code(r1, k0 + 1),
+                            code(r0, k0 + 8), code(r0, k0 + 9), code(r1, k0 + 8), code(r1, k0 + 9)};
+          const uint32_t w = paired_word(c);
+          std::memcpy(&p.frag[block * 512 + 16 * lane + 4 * kk], &w, 4);
         }
       }
       for (int g = 0; g < 8; ++g)
         for (int half = 0; half < 2; ++half)
-          for (int kk = 0; kk < 4; ++kk) {
-            const uint8_t b = scales[size_t(16 * tile + g + 8 * half) * (k / 16) + 4 * s + kk];
-            p.frag_s8[block * 64 + 8 * g + 4 * half + kk] = b;
-            p.frag_x8[block * 64 + 8 * g + 4 * half + kk] = exp8_byte(b);
-            const uint16_t h = scale_bits(b);
-            std::memcpy(&p.frag_s16[block * 128 + 16 * g + 8 * half + 2 * kk], &h, 2);
-          }
+          for (int kk = 0; kk < 4; ++kk)
+            p.frag_x8[block * 64 + 8 * g + 4 * half + kk] =
+                exp8_byte(scales[size_t(16 * tile + g + 8 * half) * (k / 16) + 4 * s + kk]);
     }
   return p;
 }
@@ -170,31 +160,25 @@ inline double copy_rate(cudaStream_t st) {
 
 // ---- operands, checking and timing ----------------------------------------------------------------------------
 
-struct Operands {  // one weight copy in every packing, on the device
-  uint8_t *paired, *scales, *frag, *frag_z, *frag_s8, *frag_s16, *frag_x8;
+struct Operands {  // one weight copy in both packings, on the device
+  uint8_t *paired, *scales, *frag, *frag_x8;
 };
 
 inline Operands upload_operands(const Packed& p, const std::vector<uint8_t>& scales) {
-  return {upload(p.paired), upload(scales), upload(p.frag), upload(p.frag_z), upload(p.frag_s8), upload(p.frag_s16),
-          upload(p.frag_x8)};
+  return {upload(p.paired), upload(scales), upload(p.frag), upload(p.frag_x8)};
 }
 
 // A timing copy: random bytes (every code is valid in every packing) and scales from the checks' range.
 inline Operands random_operands(std::mt19937& rng, int n, int k) {
   const size_t wbytes = size_t(n) * k / 2, sbytes = size_t(n) * k / 16;
-  std::vector<uint8_t> w(wbytes), s8 = random_scales(rng, sbytes), s16(2 * sbytes);
+  std::vector<uint8_t> w(wbytes), s8 = random_scales(rng, sbytes), x8(sbytes);
   for (auto& b : w) b = uint8_t(rng());
-  for (size_t i = 0; i < sbytes; ++i) {
-    const uint16_t h = scale_bits(s8[i]);
-    std::memcpy(&s16[2 * i], &h, 2);
-  }
-  return {upload(w), upload(s8), upload(w), upload(w), upload(s8), upload(s16), upload(s8)};
+  for (size_t i = 0; i < sbytes; ++i) x8[i] = exp8_byte(s8[i]);
+  return {upload(w), upload(s8), upload(w), upload(x8)};
 }
 
 inline void free_operands(const Operands& o) {
-  for (void* ptr : {(void*)o.paired, (void*)o.scales, (void*)o.frag, (void*)o.frag_z, (void*)o.frag_s8,
-                    (void*)o.frag_s16, (void*)o.frag_x8})
-    CHECK(cudaFree(ptr));
+  for (void* ptr : {(void*)o.paired, (void*)o.scales, (void*)o.frag, (void*)o.frag_x8}) CHECK(cudaFree(ptr));
 }
 
 // launch(operands, x, global_scale, out, stream) on random codes, scales (zeros and subnormals among them) and x

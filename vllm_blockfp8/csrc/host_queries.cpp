@@ -45,11 +45,21 @@ quant::TokenGroupProblem quant_shape(int64_t m, int64_t k) {
   return p;
 }
 
-// The NVFP4 problem the host ops are asked about: contiguous aligned operands, per-row global scale, the weight in
-// the paired packing (what the vLLM layer stores).
-fp4::Problem fp4_shape(const linear::Shape& s, const DeviceFacts& dev) {
+// The NVFP4 family's packing: "nvfp4" asks about the packing the vLLM layer stores on this device for that shape
+// (fp4::layer_packing); "nvfp4:modelopt", "nvfp4:paired", "nvfp4:fragment" about that one. -1: not an NVFP4 family.
+int fp4_packing(const std::string& family, const DeviceFacts& dev, int64_t n, int64_t k) {
+  if (family == "nvfp4") return int(fp4::layer_packing(dev.cc, n, k));
+  if (family == "nvfp4:modelopt") return int(fp4::Packing::kModelOpt);
+  if (family == "nvfp4:paired") return int(fp4::Packing::kPaired);
+  if (family == "nvfp4:fragment") return int(fp4::Packing::kFragment);
+  return -1;
+}
+
+// The NVFP4 problem the host ops are asked about: contiguous aligned operands (b_scale 8-byte aligned), per-row
+// global scale, the weight in `packing`.
+fp4::Problem fp4_shape(const linear::Shape& s, const DeviceFacts& dev, int packing) {
   fp4::Problem p{};
-  p.paired = true;
+  p.packing = static_cast<fp4::Packing>(packing);
   p.m = s.m, p.n = s.n, p.k = s.k, p.x_stride = s.k, p.out_stride = s.n, p.sm_count = s.sm_count;
   p.max_smem = dev.max_smem;
   p.cc = dev.cc;
@@ -83,7 +93,7 @@ std::string op_tile_table(std::string family) {
   if (family == "quant") return rows_json(quant::num_rows(), &quant::row);
   const DeviceFacts dev = current_device_facts();
   if (family == "gemv") return rows_json(gemv::num_rows(), &gemv::row);
-  if (family == "nvfp4") return rows_json(fp4::num_rows(), &fp4::row);
+  if (fp4_packing(family, dev, 0, 0) >= 0) return rows_json(fp4::num_rows(), &fp4::row);  // one table, any packing
   if (family == "gemm") {  // the GEMM's own routing: no rows under BLOCKFP8_GEMM_TABLE=none
     const int gemm_arch = gemm::table_arch(dev.cc);
     return rows_json(gemm::num_rows(gemm_arch), [&](int i) -> const TileRow& { return gemm::row(gemm_arch, i); });
@@ -98,7 +108,8 @@ int64_t op_select_row(std::string family, int64_t m, int64_t n, int64_t k) {
   const DeviceFacts dev = current_device_facts();
   const linear::Shape shape{m, n, k, linear::table_arch(dev.cc), dev.sm_count};
   if (family == "gemv") return gemv::select(linear::gemv_shape(shape));
-  if (family == "nvfp4") return fp4::select(fp4_shape(shape, dev));
+  if (const int packing = fp4_packing(family, dev, n, k); packing >= 0)
+    return fp4::select(fp4_shape(shape, dev, packing));
   if (family == "gemm") {  // as the op plans, switches included; no row where the op has no table
     if (gemm::table_arch(dev.cc) == 0) return -1;
     return gemm::plan(linear::gemm_shape(shape)).row;
@@ -127,8 +138,8 @@ std::string op_row_rejects(std::string family, int64_t row, int64_t m, int64_t n
     p.x_stride = x_stride;
     if (row < 0 || row >= gemv::num_rows()) return "row out of range";
     why = gemv::rejects(int(row), p);
-  } else if (family == "nvfp4") {
-    fp4::Problem p = fp4_shape(shape, dev);
+  } else if (const int packing = fp4_packing(family, dev, n, k); packing >= 0) {
+    fp4::Problem p = fp4_shape(shape, dev, packing);
     p.x = reinterpret_cast<const void*>(static_cast<uintptr_t>(x_address));  // rows check its alignment
     p.x_stride = x_stride;
     if (row < 0 || row >= fp4::num_rows()) return "row out of range";
@@ -248,6 +259,10 @@ std::string op_nvfp4_native_path(int64_t cc, int64_t m, int64_t n, int64_t k) {
   return std::string("{\"native\": true, \"row\": \"") + fp4::native::row(fp4::native::select(shape)).name + "\"}";
 }
 
+// The packing the vLLM layer stores for an [n, k] NVFP4 weight on a GPU of compute capability cc (fp4::layer_packing;
+// 1 paired, 2 fragment). Host logic.
+int64_t op_nvfp4_layer_packing(int64_t cc, int64_t n, int64_t k) { return int64_t(fp4::layer_packing(int(cc), n, k)); }
+
 // The native NVFP4 rows' first-use self-check states (fp4/native.h): "[]" for a build without sm_120a. No device.
 std::string op_nvfp4_self_check() { return fp4::native::self_check_json(); }
 
@@ -352,6 +367,7 @@ STABLE_TORCH_LIBRARY_IMPL(blockfp8, CompositeExplicitAutograd, m) {
   m.impl("build_info", TORCH_BOX(&blockfp8::op_build_info));
   m.impl("nvfp4_native_rows", TORCH_BOX(&blockfp8::op_nvfp4_native_rows));
   m.impl("nvfp4_native_path", TORCH_BOX(&blockfp8::op_nvfp4_native_path));
+  m.impl("nvfp4_layer_packing", TORCH_BOX(&blockfp8::op_nvfp4_layer_packing));
   m.impl("nvfp4_self_check", TORCH_BOX(&blockfp8::op_nvfp4_self_check));
   m.impl("first_use_pending", TORCH_BOX(&blockfp8::op_first_use_pending));
   m.impl("first_use_run", TORCH_BOX(&blockfp8::op_first_use_run));

@@ -432,19 +432,22 @@ Tensor op_linear(Tensor x, Tensor b, Tensor b_scale, std::optional<Tensor> bias,
 
 // NVFP4 linear: native W4A4 (quantize x + the SM120 GEMM) where fp4::native::path_rejects allows it and the layer
 // gave the swizzled weight scales, input_scale and alpha; otherwise weight-only (csrc/fp4): the row by M, the K
-// split's workspace when the row needs one. A forced row is always a weight-only row. b_paired: b is in the paired
-// packing (fp4.h), which the native GEMM cannot read.
+// split's workspace when the row needs one. A forced row is always a weight-only row. packing: b's and b_scale's
+// (fp4.h: 0 ModelOpt's, 1 paired, 2 fragment, whose b_scale is exp8 bytes); the native GEMM reads ModelOpt's only.
 Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, std::optional<Tensor> bias,
                        int64_t row, std::optional<Tensor> b_scale_swizzled, std::optional<Tensor> input_scale,
-                       std::optional<Tensor> alpha, bool b_paired) {
+                       std::optional<Tensor> alpha, int64_t packing) {
   STD_TORCH_CHECK(is_16bit(x.scalar_type()) && x.dim() == 2 && x.stride(1) == 1,
                   "blockfp8: x must be bf16/fp16 [M, K] with contiguous K");
   const int64_t m = x.size(0), k = x.size(1), n = b.size(0);
   STD_TORCH_CHECK(b.scalar_type() == ScalarType::Byte && b.dim() == 2 && b.is_contiguous() && b.size(1) * 2 == k,
                   "blockfp8: b must be contiguous uint8 [N, K/2]");
-  STD_TORCH_CHECK(b_scale.scalar_type() == ScalarType::Float8_e4m3fn && b_scale.is_contiguous() &&
-                      b_scale.dim() == 2 && b_scale.size(0) == n && b_scale.size(1) * 16 == k,
-                  "blockfp8: b_scale must be contiguous float8_e4m3fn [N, K/16]");
+  STD_TORCH_CHECK(packing >= 0 && packing <= 2, "blockfp8: packing must be 0 (ModelOpt), 1 (paired) or 2 (fragment)");
+  const auto packed = static_cast<fp4::Packing>(packing);
+  const ScalarType scale_type = packed == fp4::Packing::kFragment ? ScalarType::Byte : ScalarType::Float8_e4m3fn;
+  STD_TORCH_CHECK(b_scale.scalar_type() == scale_type && b_scale.is_contiguous() && b_scale.dim() == 2 &&
+                      b_scale.size(0) == n && b_scale.size(1) * 16 == k,
+                  "blockfp8: b_scale must be contiguous [N, K/16]: float8_e4m3fn, or uint8 exp8 (fragment packing)");
   STD_TORCH_CHECK(global_scale.scalar_type() == ScalarType::Float && global_scale.is_contiguous() &&
                       (global_scale.numel() == n || global_scale.numel() == 1),
                   "blockfp8: global_scale must be contiguous fp32 with N or 1 elements");
@@ -453,8 +456,8 @@ Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, 
                     "blockfp8: bias must be contiguous [N] in x's dtype");
   torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
   const DeviceFacts dev = device_facts(x.get_device_index());
-  STD_TORCH_CHECK(!(b_paired && b_scale_swizzled.has_value()),
-                  "blockfp8: the native NVFP4 operands need b in ModelOpt's packing, not the paired one");
+  STD_TORCH_CHECK(!(packed != fp4::Packing::kModelOpt && b_scale_swizzled.has_value()),
+                  "blockfp8: the native NVFP4 operands need b in ModelOpt's packing");
   if (row < 0 && b_scale_swizzled.has_value() && input_scale.has_value() && alpha.has_value() &&
       fp4::native::path_rejects(dev.cc, m, n, k) == nullptr) {
     fp4::native::GemmProblem shape;
@@ -479,7 +482,7 @@ Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, 
   p.out = out.data_ptr();
   p.m = m, p.n = n, p.k = k, p.x_stride = x.stride(0), p.out_stride = n;
   p.bf16 = x.scalar_type() == ScalarType::BFloat16;
-  p.paired = b_paired;
+  p.packing = packed;
   p.sm_count = dev.sm_count;
   p.max_smem = dev.max_smem;
   p.cc = dev.cc;

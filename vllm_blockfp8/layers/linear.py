@@ -204,9 +204,11 @@ class Nvfp4LinearMethod(LinearMethodBase):
     scales stay exact), input_scale per shard. Weight-only (W4A16) everywhere; on SM120 the layer
     also keeps a swizzled copy of weight_scale (+1/16 byte per parameter: the plain one stays for
     the decode GEMV) and alpha = input_scale * weight_scale_2, and M > 16 runs W4A4 natively. Layers
-    that stay weight-only repack the weight once at load into the paired packing (ops.pair_nvfp4_weight):
-    the decode kernels read a bit order that decodes each pair of values with one shift and one mask
-    (native layers keep the checkpoint packing, which CUTLASS's GEMM reads)."""
+    that stay weight-only repack the weight once at load (ops.nvfp4_layer_packing): on SM90 into the
+    fragment packing (ops.fragment_nvfp4_weight: each lane of the tensor-core kernels loads exactly its
+    mma fragment, scales as exp8 bytes), elsewhere into the paired one (ops.pair_nvfp4_weight: a bit
+    order that decodes each pair of values with one shift and one mask); native layers keep the
+    checkpoint packing, which CUTLASS's GEMM reads."""
 
     def __init__(self, quant_config) -> None:
         self.quant_config = quant_config
@@ -248,9 +250,15 @@ class Nvfp4LinearMethod(LinearMethodBase):
         layer.weight_scale = Parameter(layer.weight_scale.data.contiguous(), requires_grad=False)
         why = _nvfp4_native_reason(layer, shard_scales)
         layer.blockfp8_nvfp4_native = why is None
-        layer.blockfp8_nvfp4_paired = why is not None
+        layer.blockfp8_nvfp4_packing = "modelopt"
         if why is not None:
-            layer.weight = Parameter(ops.pair_nvfp4_weight(layer.weight.data), requires_grad=False)
+            weight, scale, packing = ops.nvfp4_layer_weight(layer.weight.data, layer.weight_scale.data)
+            if packing != ops.nvfp4_layer_packing(weight.shape[0], 2 * weight.shape[1], weight.device):
+                logger.warning("blockfp8: layer %s has negative NVFP4 weight scales, so it keeps the paired packing: "
+                               "its M > 16 runs the mma.sync W4A16 GEMM, not the SM90 wgmma one", _layer_name(layer))
+            layer.weight = Parameter(weight, requires_grad=False)
+            layer.weight_scale = Parameter(scale, requires_grad=False)
+            layer.blockfp8_nvfp4_packing = packing
         else:
             # Fused shards see the same input, so their input_scales agree; the largest never clips.
             native = ops.nvfp4_native_operands(layer.weight_scale.data, layer.input_scale.data.max().reshape(1),
@@ -268,4 +276,4 @@ class Nvfp4LinearMethod(LinearMethodBase):
             native = {"b_scale_swizzled": layer.weight_scale_swizzled, "input_scale": layer.input_scale_native,
                       "alpha": layer.alpha_native}
         return ops.nvfp4_linear(x, layer.weight, layer.weight_scale, layer.weight_global_scale, bias, native=native,
-                                b_paired=layer.blockfp8_nvfp4_paired)
+                                packing=layer.blockfp8_nvfp4_packing)

@@ -126,8 +126,10 @@ def gpu_timer(family: str, rows: list, m: int, n: int, k: int) -> dict:
     a, a_scale = ops.per_token_group_quant(x) if family == "gemm" else (None, None)
     w = torch.randn(n, k, device="cuda")
     packed = reference.quantize_nvfp4(w) if fp4 else reference.quantize_block_fp8(w)
-    if fp4:  # the paired packing the vLLM layer stores, which the SM90 wgmma rows need
-        packed = (ops.pair_nvfp4_weight(packed[0]), *packed[1:])
+    packing = "modelopt"
+    if fp4:  # the weight as the vLLM layer stores it (the SM90 wgmma rows read the fragment packing only)
+        b, b_scale, packing = ops.nvfp4_layer_weight(packed[0], packed[1])
+        packed = (b, b_scale, *packed[2:])
     del w
     weights = [tuple(t.clone() for t in packed) for _ in range(copies)]  # distinct copies: every call reads HBM
 
@@ -136,7 +138,7 @@ def gpu_timer(family: str, rows: list, m: int, n: int, k: int) -> dict:
             return ops.blockfp8_gemv(x, c[0], c[1], row=row)
         if family == "gemm":
             return ops.blockfp8_gemm(a, a_scale, c[0], c[1], row=row)
-        return ops.nvfp4_linear(x, c[0], c[1], c[2], row=row, b_paired=True)
+        return ops.nvfp4_linear(x, c[0], c[1], c[2], row=row, packing=packing)
 
     labels = [""] + list(rows)
     graphs = [harness.prepare_graph(lambda i, r=(r or None): (lambda c=weights[i]: call(c, r)), copies)

@@ -10,12 +10,13 @@
 // at least 0.5 * 2^-9 * 2^-7 = 2^-17 (f16's subnormal grid is 2^-24) and at most 6 * 448 * 2^-7
 // = 21. The kernels multiply their fp32 sums by global_scale * 2^7 (kUnbias) once per output.
 //
-// Two packings of the weight reach the kernels (fp4.h, Problem::paired). ModelOpt's (the checkpoint's; the SM120
+// Three packings of the weight reach the kernels (fp4.h, Problem::packing). ModelOpt's (the checkpoint's; the SM120
 // native GEMM reads it) decodes through decode_word() above. The paired packing (reference.pair_nvfp4_weight,
 // made once at load) permutes each word's bits so that pair j = (element 2j, element 2j + 1) comes out of one
 // rotate and one mask as the same bf16 bits: 9 instructions per word instead of 15, and consecutive elements, so
-// the GEMV feeds x to the mma as it is loaded (no regrouping). decode_paired() / paired_pair() produce exactly
-// decode_word()'s operand bits for the same elements, so every numerical statement above holds for both.
+// the GEMV feeds x to the mma as it is loaded (no regrouping). The fragment packing (fragment.cuh) holds paired
+// words whose 4 pairs are a lane's mma A fragment. decode_paired() produces exactly decode_word()'s operand bits
+// for the same elements, so every numerical statement above holds for all three.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -123,23 +124,6 @@ __device__ __forceinline__ void decode_paired(uint32_t w, uint32_t (&p)[4]) {
   p[1] = from_bf16_bits<T>((w << 2) & kPairedMask);
   p[2] = from_bf16_bits<T>(__funnelshift_l(w, w, 28) & kPairedMask);
   p[3] = from_bf16_bits<T>((w & 0x81808180u) | ((w >> 8) & 0x00400040u));
-}
-
-// One pair of a paired word whose index varies by lane (the wgmma A fragment: lane t needs pair t of each word),
-// as a select between two rotations: pairs 0-2 are rotl(w, r) & mask, pair 3 is (w & keep) | (rotl(w, 24) & ~keep)
-// under the mask. Built once per lane; 4 ops per pair, no divergence.
-struct PairPicker {
-  uint32_t rot_a, rot_b, keep_a;
-  __host__ __device__ explicit PairPicker(int j)
-      : rot_a(j == 3 ? 0u : j == 0 ? 6u : j == 1 ? 2u : 28u),
-        rot_b(j == 3 ? 24u : j == 0 ? 6u : j == 1 ? 2u : 28u),
-        keep_a(j == 3 ? 0x81808180u : 0xffffffffu) {}
-};
-
-template <typename T>
-__device__ __forceinline__ uint32_t paired_pair(uint32_t w, const PairPicker& pick) {
-  const uint32_t a = __funnelshift_l(w, w, pick.rot_a), b = __funnelshift_l(w, w, pick.rot_b);
-  return from_bf16_bits<T>(((a & pick.keep_a) | (b & ~pick.keep_a)) & kPairedMask);
 }
 
 // x elements e0..e7 (X = four 16-bit pairs in element order) regrouped as the mma B operand of

@@ -4,11 +4,15 @@
 //   out[m, n] = global_scale[n] * sum_k x[m, k] * e2m1(b[n, k]) * e4m3(b_scale[n, k / 16]) (+ bias[n])
 //
 // x            bf16 or fp16 [m, k], row stride x_stride elements (K contiguous).
-// b            uint8 [n, k / 2] contiguous, 16-byte aligned: two E2M1 codes per byte, element 2i in the low
-//              nibble (ModelOpt's packing), or the paired packing (paired = true: each 32-bit word's bits
-//              permuted once at load, reference.pair_nvfp4_weight; decode.cuh). The SM90 wgmma rows read only
-//              the paired packing; every other row reads both.
-// b_scale      float8_e4m3fn [n, k / 16] contiguous, one scale per 16 values of a row, 8-byte aligned.
+// b            uint8 [n, k / 2] contiguous, 16-byte aligned, in one of three packings (Problem::packing):
+//              ModelOpt's (two E2M1 codes per byte, element 2i in the low nibble), paired (each 32-bit word's
+//              bits permuted once at load, reference.pair_nvfp4_weight; decode.cuh) or fragment (the codes of
+//              each lane's mma A fragment together, reference.fragment_nvfp4_weight; fragment.cuh).
+// b_scale      [n, k / 16] contiguous, one scale per 16 values of a row, 8-byte aligned: e4m3 in the row
+//              order (ModelOpt, paired), or exp8 bytes in the fragment order (fragment).
+// Which rows read which packing: the SM90 wgmma rows the fragment packing only, the mma.sync W4A16 rows
+// ModelOpt's and the paired one, the GEMV rows and the FMA fallback all three. layer_packing() says what the
+// vLLM layer stores on a GPU.
 // global_scale fp32 [n]: the checkpoint's weight_scale_2 per output row (fused shards keep theirs),
 //              or a single value (global_scale_stride 0).
 // bias         x's dtype [n] or null; added in fp32 before the one rounding of the output.
@@ -18,8 +22,9 @@
 // global_scale * 2^7 once per output. Activations are never quantized (the checkpoint's
 // input_scale is for W4A4 kernels and unused here).
 //
-// Valid problems: k % 32 == 0, m, n, k < 2^30; the tensor-core rows also need k % 128 == 0 and
-// 16-byte aligned x rows. No torch types here: ops.cpp converts tensors into a Problem.
+// Valid problems: k % 32 == 0, m, n, k < 2^30; the fragment packing n % 16 == 0 and k % 64 == 0. The
+// tensor-core rows also need 16-byte aligned x rows (the fragment GEMV 4-byte) and, on the row-contiguous
+// packings, k % 128 == 0. No torch types here: ops.cpp converts tensors into a Problem.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,6 +35,8 @@
 #include "../common/tile_row.h"
 
 namespace blockfp8::fp4 {
+
+enum class Packing : int { kModelOpt = 0, kPaired = 1, kFragment = 2 };
 
 struct Problem {
   const void* x = nullptr;            // bf16/fp16 [m, k], row stride x_stride
@@ -42,12 +49,17 @@ struct Problem {
   int64_t m = 0, n = 0, k = 0;
   int64_t x_stride = 0, out_stride = 0;  // in elements
   bool bf16 = true;                      // false: fp16 (x, bias and out)
-  bool paired = false;                   // b in the paired packing (see above)
+  Packing packing = Packing::kModelOpt;  // b's and b_scale's packing (see above)
   int sm_count = 0;                      // multiprocessors (grid sizing, K splits)
   int max_smem = 0;                      // opt-in shared memory per block, bytes (rows that need more reject)
   int cc = 0;                            // compute capability, major * 10 + minor (the SM90 wgmma rows need 90)
   void* workspace = nullptr;             // >= workspace_bytes(row, problem) bytes, 16-byte aligned
 };
+
+// The packing the vLLM layer stores for an [n, k] weight on a GPU of compute capability cc (major * 10 + minor):
+// fragment where this build has the SM90 wgmma rows, cc is 90 and the shape tiles (n % 16, k % 64), else paired.
+// (SM120's native W4A4 path reads ModelOpt's packing; the layer decides that one.)
+Packing layer_packing(int cc, int64_t n, int64_t k);
 
 // Rows of the table in selection order (data at the top of sm80.cu; the last one is unbounded).
 int num_rows();

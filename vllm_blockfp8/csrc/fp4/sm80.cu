@@ -7,13 +7,15 @@
 // cores): decode reads half the bytes of FP8, and larger M runs W4A16 on the 16-bit tensor cores.
 // Builds with 9.0a add the SM90 wgmma rows (fp4/sm90/, compiled for sm_90a only; BLOCKFP8_HAS_SM90_GEMM):
 // their kernels exist only in that unit, and their preconditions take compute capability 9.0 only.
-// Unsupported: k % 32 != 0 (every row), k % 128 != 0 (the mma.sync tensor-core rows; the FMA row takes it,
-// and on SM90 the wgmma rows where k % 64 == 0).
+// Unsupported: k % 32 != 0 (every row), k % 128 != 0 on the row-contiguous packings (the mma.sync tensor-core rows;
+// the FMA row takes it). The fragment packing (n % 16, k % 64) is read by the GEMV rows, the FMA row and the SM90
+// wgmma rows, not by the mma.sync W4A16 rows (the SM89 path, where the layer keeps the paired packing).
 #include <algorithm>
 #include <cstdint>
 
 #include "../common/vector_rows.h"
 #include "fp4.h"
+#include "fragment.cuh"
 #include "gemv.cuh"
 #include "w4a16.cuh"
 #ifdef BLOCKFP8_HAS_SM90_GEMM
@@ -39,8 +41,15 @@ const char* shared_rejects(const Problem& p) {
   if (reinterpret_cast<uintptr_t>(p.b_scale) % 2 != 0) return "b_scale must be 2-byte aligned";
   if (reinterpret_cast<uintptr_t>(p.x) % 2 != 0 || reinterpret_cast<uintptr_t>(p.out) % 2 != 0)
     return "x and out must be 2-byte aligned";
+  if (p.packing == Packing::kFragment) {
+    if (p.n % kFragRows != 0 || p.k % kFragK != 0)
+      return "the fragment packing needs N % 16 == 0 and K % 64 == 0 (16-row tiles, 64-deep stages)";
+    if (reinterpret_cast<uintptr_t>(p.b_scale) % 8 != 0) return "b_scale must be 8-byte aligned (a lane group's 8 scales)";
+  }
   return nullptr;
 }
+
+bool fragment(const Problem& p) { return p.packing == Packing::kFragment; }
 
 const char* accepts_all(const Problem&) { return nullptr; }
 size_t no_workspace(const Problem&) { return 0; }
@@ -48,6 +57,10 @@ size_t no_workspace(const Problem&) { return 0; }
 template <int MT>
 const char* gemv_mma_rejects(const Problem& p) {
   if (p.m > MT * kMmaTokens) return MT == 1 ? "M > 8: one 8-token mma tile" : "M > 16: two 8-token mma tiles";
+  if (fragment(p)) {  // x in 4-byte pieces
+    const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 4 == 0 && (p.m <= 1 || p.x_stride % 2 == 0);
+    return aligned ? nullptr : "x rows must be 4-byte aligned (data pointer % 4 == 0, x_stride % 2 == 0)";
+  }
   if (p.k % kWindow != 0) return "K must be a multiple of 128 (128-wide lane-quad windows)";
   return rows_16byte_aligned(p.x, p.m, p.x_stride) ? nullptr : kRowsNot16ByteAligned;
 }
@@ -65,6 +78,7 @@ const char* gemv_wide_rejects(const Problem& p) {
 
 template <int WN, int WM, int NT, int STAGES>
 const char* w4a16_rejects(const Problem& p) {
+  if (fragment(p)) return "the mma.sync W4A16 rows read ModelOpt's or the paired packing, not the fragment packing";
   if (p.k % kStageK != 0) return "K must be a multiple of 128 (128-wide pipeline stages)";
   if (W4a16Tile<WN, WM, NT, STAGES>::kSmemBytes > p.max_smem)
     return "the tile's pipeline needs more shared memory per block than this GPU has";
@@ -77,8 +91,8 @@ const char* w4a16_rejects(const Problem& p) {
 constexpr int64_t kNarrowRowTiles = 24;
 
 const char* w4a16_narrow_rejects(const Problem& p) {
-  if ((p.n + 127) / 128 >= kNarrowRowTiles) return "N >= 2944: 128-row tiles fill the GPU";
-  return w4a16_rejects<2, 2, 4, 3>(p);
+  if (const char* why = w4a16_rejects<2, 2, 4, 3>(p)) return why;
+  return (p.n + 127) / 128 >= kNarrowRowTiles ? "N >= 2944: 128-row tiles fill the GPU" : nullptr;
 }
 
 // K splits of a W4A16 row: enough blocks for about two per SM where the output tiles alone leave SMs
@@ -112,14 +126,32 @@ void launch_gemv_mma_t(const Problem& p, cudaStream_t s) {
   gemv_mma_kernel<KS, MT, CT, U, MINB, ACCS, PAIRED, T><<<grid, 32 * KS, 0, s>>>(args<T>(p));
 }
 
+// The fragment packing's GEMV (fragment.cuh) with the row's warps, token tiles and residency: one 16-row tile per
+// block, one 16-byte weight load per lane per 64-deep stage, two accumulators per token tile. x straight from L1 in
+// 4-byte pieces up to M = 4 (the lane groups share token rows), staged through shared memory above (16-byte
+// aligned x rows; else the 4-byte pieces).
+constexpr int64_t kFragmentDirectXMaxM = 4;
+
+template <int KS, int MT, int MINB, typename T>
+void launch_gemv_fragment_t(const Problem& p, cudaStream_t s) {
+  const unsigned grid = unsigned(p.n / kFragRows);
+  if (p.m > kFragmentDirectXMaxM && rows_16byte_aligned(p.x, p.m, p.x_stride))
+    gemv_fragment_kernel<KS, MT, MINB, true, T><<<grid, 32 * KS, 0, s>>>(args<T>(p));
+  else
+    gemv_fragment_kernel<KS, MT, MINB, false, T><<<grid, 32 * KS, 0, s>>>(args<T>(p));
+}
+
 template <int KS, int MT, int CT, int U, int MINB, int ACCS = 1>
 cudaError_t launch_gemv_mma(const Problem& p, cudaStream_t s) {
-  if (p.bf16)
-    p.paired ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __nv_bfloat16>(p, s)
-             : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __nv_bfloat16>(p, s);
+  const bool paired = p.packing == Packing::kPaired;
+  if (fragment(p))
+    p.bf16 ? launch_gemv_fragment_t<KS, MT, MINB, __nv_bfloat16>(p, s) : launch_gemv_fragment_t<KS, MT, MINB, __half>(p, s);
+  else if (p.bf16)
+    paired ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __nv_bfloat16>(p, s)
+           : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __nv_bfloat16>(p, s);
   else
-    p.paired ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __half>(p, s)
-             : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __half>(p, s);
+    paired ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __half>(p, s)
+           : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __half>(p, s);
   return cudaGetLastError();
 }
 
@@ -151,13 +183,22 @@ constexpr int kFmaTokens = 4;
 
 cudaError_t launch_gemv_fma(const Problem& p, cudaStream_t s) {
   // grid.y strides over M inside the kernel, so capping it at the hardware limit is enough.
-  const dim3 grid(unsigned((p.n + kFmaWarps - 1) / kFmaWarps),
-                  unsigned(std::min<int64_t>((p.m + kFmaTokens - 1) / kFmaTokens, 65535)));
-  if (p.bf16 && p.paired)
+  const unsigned grid_m = unsigned(std::min<int64_t>((p.m + kFmaTokens - 1) / kFmaTokens, 65535));
+  if (fragment(p)) {  // a warp per 16-row tile
+    const dim3 grid(unsigned((p.n / kFragRows + kFmaWarps - 1) / kFmaWarps), grid_m);
+    if (p.bf16)
+      gemv_fma_fragment_kernel<kFmaTokens, __nv_bfloat16><<<grid, 32 * kFmaWarps, 0, s>>>(args<__nv_bfloat16>(p));
+    else
+      gemv_fma_fragment_kernel<kFmaTokens, __half><<<grid, 32 * kFmaWarps, 0, s>>>(args<__half>(p));
+    return cudaGetLastError();
+  }
+  const dim3 grid(unsigned((p.n + kFmaWarps - 1) / kFmaWarps), grid_m);
+  const bool paired = p.packing == Packing::kPaired;
+  if (p.bf16 && paired)
     gemv_fma_kernel<kFmaTokens, true, __nv_bfloat16><<<grid, 32 * kFmaWarps, 0, s>>>(args<__nv_bfloat16>(p));
   else if (p.bf16)
     gemv_fma_kernel<kFmaTokens, false, __nv_bfloat16><<<grid, 32 * kFmaWarps, 0, s>>>(args<__nv_bfloat16>(p));
-  else if (p.paired)
+  else if (paired)
     gemv_fma_kernel<kFmaTokens, true, __half><<<grid, 32 * kFmaWarps, 0, s>>>(args<__half>(p));
   else
     gemv_fma_kernel<kFmaTokens, false, __half><<<grid, 32 * kFmaWarps, 0, s>>>(args<__half>(p));
@@ -166,11 +207,12 @@ cudaError_t launch_gemv_fma(const Problem& p, cudaStream_t s) {
 
 template <int WN, int WM, int NT, int STAGES>
 cudaError_t launch_w4a16(const Problem& p, cudaStream_t s) {
+  const bool paired = p.packing == Packing::kPaired;
   if (p.bf16)
-    return p.paired ? launch_w4a16_t<WN, WM, NT, STAGES, true, __nv_bfloat16>(p, s)
-                    : launch_w4a16_t<WN, WM, NT, STAGES, false, __nv_bfloat16>(p, s);
-  return p.paired ? launch_w4a16_t<WN, WM, NT, STAGES, true, __half>(p, s)
-                  : launch_w4a16_t<WN, WM, NT, STAGES, false, __half>(p, s);
+    return paired ? launch_w4a16_t<WN, WM, NT, STAGES, true, __nv_bfloat16>(p, s)
+                  : launch_w4a16_t<WN, WM, NT, STAGES, false, __nv_bfloat16>(p, s);
+  return paired ? launch_w4a16_t<WN, WM, NT, STAGES, true, __half>(p, s)
+                : launch_w4a16_t<WN, WM, NT, STAGES, false, __half>(p, s);
 }
 
 #ifdef BLOCKFP8_HAS_SM90_GEMM
@@ -219,17 +261,17 @@ constexpr Fp4Row kRows[] = {
     {{"fp4_gemv_mma_t16", 16, "M = 9..16: two 8-token tiles per weight read, 16-warp blocks"}, &gemv_mma_rejects<2>,
      &launch_gemv_mma<16, 2, 1, 1, 1>},
 #ifdef BLOCKFP8_HAS_SM90_GEMM
-    // SM90 only (compute capability 9.0), K % 64. M thresholds to be measured on the H200; the mma.sync rows below
-    // stay the SM89 path and forced rows on SM90.
-    {{"fp4_wgmma_128x64", 64, "SM90, M <= 64: wgmma, decoded weight as the register A operand, 128 x 64 tiles, "
-                              "6 stages (79 KB, 2 blocks per SM), K split where the tiles leave SMs idle "
-                              "(threshold to be measured)"},
+    // SM90 only (compute capability 9.0), the fragment packing only (the layer stores it there); the mma.sync rows
+    // below stay the SM89 path and forced rows on SM90.
+    {{"fp4_wgmma_128x64", 64, "SM90, M <= 64: wgmma on the fragment packing (each lane loads its A fragment, words "
+                              "decoded whole), 128 x 64 tiles, 4-stage x ring (33 KB), 2 blocks per SM, K split where "
+                              "the tiles leave SMs idle"},
      &wgmma_rejects<64>, &launch_wgmma<64>, &wgmma_workspace<64>},
-    {{"fp4_wgmma_128x128", 128, "SM90, M = 65..128: wgmma 128 x 128 tiles, 5 stages (106 KB, 2 blocks per SM), "
-                                "K split where the tiles leave SMs idle (threshold to be measured)"},
+    {{"fp4_wgmma_128x128", 128, "SM90, M = 65..128: 128 x 128 tiles (66 KB, 2 blocks per SM), K split where the "
+                                "tiles leave SMs idle"},
      &wgmma_rejects<128>, &launch_wgmma<128>, &wgmma_workspace<128>},
-    {{"fp4_wgmma_128x256", kUnboundedM, "SM90, large M: wgmma 128 x 256 tiles (m64n256k16), 5 stages (186 KB, "
-                                        "1 block per SM), K split where the tiles leave SMs idle"},
+    {{"fp4_wgmma_128x256", kUnboundedM, "SM90, large M: 128 x 256 tiles (m64n256k16, 132 KB, 1 block per SM), K "
+                                        "split where the tiles leave SMs idle"},
      &wgmma_rejects<256>, &launch_wgmma<256>, &wgmma_workspace<256>},
 #endif
     {{"fp4_w4a16_64x64", kUnboundedM, "narrow layers (< 24 128-row tiles): 64 x 64 tiles fill more SMs; 2112x7168 at "
@@ -250,6 +292,15 @@ constexpr int kNumRows = int(sizeof(kRows) / sizeof(kRows[0]));
 static_assert(kRows[kNumRows - 1].info.max_m == kUnboundedM, "the last row must take any M");
 
 }  // namespace
+
+Packing layer_packing(int cc, int64_t n, int64_t k) {
+#ifdef BLOCKFP8_HAS_SM90_GEMM
+  if (cc == 90 && n % kFragRows == 0 && k % kFragK == 0) return Packing::kFragment;
+#else
+  (void)cc, (void)n, (void)k;
+#endif
+  return Packing::kPaired;
+}
 
 int num_rows() { return kNumRows; }
 

@@ -11,8 +11,8 @@
 
 namespace blockfp8::fp4::sm90 {
 
-// nullptr if the tile runs p (after sm80.cu's shared checks), else why not: SM90 only, k % 64 == 0, the tile's
-// shared memory, 16-byte aligned x rows, 4-byte aligned b_scale.
+// nullptr if the tile runs p (after sm80.cu's shared checks), else why not: SM90 only, the fragment packing, the
+// tile's shared memory, 16-byte aligned x rows.
 const char* w4a16_wgmma_rejects(int tok, const Problem& p);
 
 // K splits the launch uses (1: none): where the output tiles alone leave SMs idle.

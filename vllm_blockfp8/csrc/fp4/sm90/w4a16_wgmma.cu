@@ -24,12 +24,11 @@ Args<T> make_args(const Problem& p) {
 template <int TOK>
 const char* rejects_t(const Problem& p) {
   if (p.cc != 90) return "wgmma needs compute capability 9.0 (the unit is built for sm_90a only)";
-  if (!p.paired) return "the wgmma rows read the paired packing only (ops.pair_nvfp4_weight; the vLLM layer stores it)";
-  if (p.k % kStageK != 0) return "K must be a multiple of 64 (64-wide pipeline stages)";
+  if (p.packing != Packing::kFragment)
+    return "the wgmma rows read the fragment packing only (ops.fragment_nvfp4_weight; the vLLM layer stores it on SM90)";
   if (WgmmaTile<TOK>::kSmemBytes > p.max_smem)
     return "the tile's pipeline needs more shared memory per block than this GPU has";
   if ((p.n + kRows - 1) / kRows > kMaxGridY) return "N must be at most 65535 * 128 (128-row tiles on grid.y)";
-  if (reinterpret_cast<uintptr_t>(p.b_scale) % 4 != 0) return "b_scale must be 4-byte aligned (4-byte cp.async)";
   return rows_16byte_aligned(p.x, p.m, p.x_stride) ? nullptr : kRowsNot16ByteAligned;
 }
 
@@ -42,7 +41,7 @@ int splits_t(const Problem& p) {
   const int64_t tiles = ((p.m + TOK - 1) / TOK) * ((p.n + kRows - 1) / kRows);
   const int64_t slots = int64_t(WgmmaTile<TOK>::kMinBlocks) * p.sm_count;
   if (tiles == 0 || tiles >= slots) return 1;
-  const int64_t stages = p.k / kStageK, fill = WgmmaTile<TOK>::kStages;
+  const int64_t stages = p.k / kStageK, fill = kXStages;
   const int64_t most = std::max<int64_t>(1, std::min<int64_t>(stages / kMinStagesPerSplit, kMaxSplits));
   int64_t best = 1, best_waves = 1, best_len = stages + fill;  // cost = waves x the length of one split
   for (int64_t s = 2; s <= most; ++s) {
