@@ -76,7 +76,8 @@ inline uint16_t scale_bits(uint8_t b) {
   return uint16_t(u >> 16);
 }
 
-// The exp8 byte of a positive e4m3 scale (fp4_frag_scales.cuh); 0 for a zero scale (its group's codes are zeroed).
+// The exp8 byte of a positive e4m3 scale (vllm_blockfp8/csrc/fp4/fragment.cuh); 0 for a zero scale (its group's codes
+// are zeroed).
 inline uint8_t exp8_byte(uint8_t b) {
   if ((b & 0x7f) == 0) return 0;
   if ((b & 0x80) != 0) {
