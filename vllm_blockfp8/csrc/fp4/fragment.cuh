@@ -89,7 +89,9 @@ __device__ __forceinline__ void fragment_step(const uint4& w, const uint2& s, in
 //   STAGE_X = true: the warp copies its stage's x rows ([8 MT tokens][64], 128-byte rows, 16-byte chunk c of row r at
 //     chunk c ^ (r % 8): no bank conflicts) into its own shared buffer with 16-byte cp.async (2 MT per lane), and two
 //     ldmatrix.x4 per token tile give the 8 B registers (matrix (step kk, half h) = x[tokens][16 kk + 8 h, + 8): lane
-//     (g, t) receives row g, elements 2t, 2t + 1 of each). The buffer is reused for the partial sums at the end.
+//     (g, t) receives row g, elements 2t, 2t + 1 of each). One buffer, software-pipelined: the next stage's copies
+//     are issued as soon as this stage's ldmatrix has read it, so they fly under this stage's decode and mma and the
+//     next weight load. The buffer is reused for the partial sums at the end.
 // Partial tiles are summed through shared memory in a fixed order (deterministic). Tokens past M re-read token
 // M - 1 (in bounds, never stored).
 // ------------------------------------------------------------------------------------------
@@ -133,18 +135,24 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
                                                  warp * kFragK) + (lane & 3);
   }
 
+  // STAGE_X: the copies of the warp's next stage into its buffer (none past its last stage).
+  auto copy_x = [&](bool more) {
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      if (more) sm80::cp_async16_zfill(x_dst[i], x_src[i], 16);
+      x_src[i] += KS * kFragK;
+    }
+    sm80::cp_async_commit();
+  };
+  const int my_stages = (stages - warp + KS - 1) / KS;
+  if constexpr (STAGE_X) copy_x(my_stages > 0);
+
   float acc[MT][2][4] = {};  // two accumulators per token tile: consecutive steps do not wait on each other
-  for (int left = (stages - warp + KS - 1) / KS; left > 0; --left) {
+  for (int left = my_stages; left > 0; --left) {
     const uint4 w = sm80::load_weight(wp);
     const uint2 s = __ldg(sp);
     uint32_t b[MT][8];
     if constexpr (STAGE_X) {
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) {
-        sm80::cp_async16_zfill(x_dst[i], x_src[i], 16);
-        x_src[i] += KS * kFragK;
-      }
-      sm80::cp_async_commit();
       sm80::cp_async_wait<0>();
       __syncwarp();
 #pragma unroll
@@ -158,6 +166,7 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
           b[mt][4 * q] = r[0], b[mt][4 * q + 1] = r[1], b[mt][4 * q + 2] = r[2], b[mt][4 * q + 3] = r[3];
         }
       __syncwarp();  // every lane's ldmatrix read the buffer before the next stage's copies overwrite it
+      copy_x(left > 1);
     } else {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
