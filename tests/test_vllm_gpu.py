@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -22,24 +23,32 @@ REASON = demo.gpu_unsupported_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"needs a supported GPU and vLLM: {REASON}")
 
 
-def _demo_start(fmt: str, env: dict, *extra: str) -> subprocess.Popen:
+def _demo_start(fmt: str, env: dict, *extra: str) -> tuple:
     """The demo engine in its own process, started; _finish waits for it. Demo engines take a fixed KV cache (no
-    memory profiling), so two start side by side."""
+    memory profiling), so two start side by side. Output goes to files, not pipes: an engine whose pipe nobody reads
+    while the test waits on the other would stall once its logs fill the pipe."""
     cmd = [sys.executable, "-m", "vllm_blockfp8", "demo", "--format", fmt, "--max-tokens", "8", "--logprobs", "5",
            *extra]
     if os.environ.get("BLOCKFP8_TEST_ATTENTION_BACKEND"):
         cmd += ["--attention-backend", os.environ["BLOCKFP8_TEST_ATTENTION_BACKEND"]]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "BLOCKFP8_LOG_ROWS": "1", **env})
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env={**os.environ, "BLOCKFP8_LOG_ROWS": "1", **env})
+    return proc, out, err
 
 
-def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+def _finish(started: tuple) -> subprocess.CompletedProcess:
+    proc, out, err = started
     try:
-        out, err = proc.communicate(timeout=900)
+        proc.wait(timeout=900)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, err = proc.communicate()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        proc.wait()
+    texts = []
+    for f in (out, err):
+        f.seek(0)
+        texts.append(f.read())
+        f.close()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, *texts)
 
 
 # The reference path of each format: a forced row that the unit tests check against reference.py on every shape,

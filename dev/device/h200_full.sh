@@ -20,8 +20,9 @@
 # with 4 jobs, vllm 270 s for 3 engine start-ups, memcheck ~200 s; 474 s with switches beside them). The vLLM tests
 # start 5 engines, each format's reference engine beside its own (an H100, build 151 s: the two logprob tests took
 # under 309 s together), so `all` fits one 10-minute call on a cold machine (the start is not counted in the call's
-# 600 s) given BUDGET_S >= 420; run `switches` in a call of its own. Each part prints its
-# test count, failures, crashes and skip reasons last; a skip a GPU run must not have (no extension, no vLLM, a kernel missing) fails it (suite.py).
+# 600 s) given BUDGET_S >= 420; run `switches` in a call of its own. Each part prints its test count, failures,
+# crashes and skip reasons last; a skip a GPU run must not have (no extension, no vLLM, a kernel missing) fails it
+# (suite.py).
 # Logs land in $OUT/full/ and are packed into $OUT/full.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
