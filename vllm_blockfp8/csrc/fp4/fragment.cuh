@@ -92,8 +92,9 @@ __device__ __forceinline__ void fragment_step(const uint4& w, const uint2& s, in
 //     (g, t) receives row g, elements 2t, 2t + 1 of each). One buffer, software-pipelined: the next stage's copies
 //     are issued as soon as this stage's ldmatrix has read it, so they fly under this stage's decode and mma and the
 //     next weight load. The buffer is reused for the partial sums at the end.
-// Partial tiles are summed through shared memory in a fixed order (deterministic). Tokens past M re-read token
-// M - 1 (in bounds, never stored).
+// Partial tiles are summed through shared memory in a fixed order (deterministic). Tokens past M: the direct loads
+// re-read token M - 1 (in bounds, never stored); the staged copies skip them and their buffer rows are zeroed once
+// (cp.async with many lanes on one address ran at 1.7-3.5x the time of distinct rows: fp4/NOTES.md).
 // ------------------------------------------------------------------------------------------
 template <int KS, int MT, bool STAGE_X>
 struct FragmentGemvSmem {
@@ -119,6 +120,8 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
   const T* x_src[kCopies];
   uint32_t x_dst[kCopies];
   uint32_t x_base = 0, ld_row = 0;
+  // Copy i of this lane holds token row (lane >> 3) + 4 i: rows up to M - 1 for i < live_copies.
+  const int live_copies = (a.m - (lane >> 3) + 3) >> 2;
   if constexpr (STAGE_X) {
     x_base = sm80::smem_addr(smem) + uint32_t(warp) * (MT * kMmaTokens * kFragK * 2);
 #pragma unroll
@@ -126,6 +129,7 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
       const int xr = (lane + 32 * i) >> 3, xc = lane & 7;
       x_src[i] = a.x + int64_t(min(xr, a.m - 1)) * a.x_stride + warp * kFragK + 8 * xc;
       x_dst[i] = x_base + uint32_t(xr * 128 + 16 * (xc ^ (xr & 7)));
+      if (i >= live_copies) sm80::st_shared_zero16(x_dst[i]);  // never copied: zeroed once (columns never stored)
     }
     ld_row = uint32_t(lane & 7);
   } else {
@@ -139,7 +143,7 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
   auto copy_x = [&](bool more) {
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
-      if (more) sm80::cp_async16_zfill(x_dst[i], x_src[i], 16);
+      if (more && i < live_copies) sm80::cp_async16_zfill(x_dst[i], x_src[i], 16);
       x_src[i] += KS * kFragK;
     }
     sm80::cp_async_commit();

@@ -85,19 +85,22 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
   const uint2* s_next =
       reinterpret_cast<const uint2*>(a.b_scale) + (int64_t(tile) * stages_k + kt0) * kFragScaleWords + g;
 
-  // x copies: this thread's rows xr + 32 it (valid or zero-filled: fixed over K), chunk xc; the source advances 64
-  // elements a stage, the destination by a stage's bytes around the ring.
+  // x copies: this thread's rows xr + 32 it, chunk xc; the source advances 64 elements a stage, the destination by a
+  // stage's bytes around the ring. Rows past M are never copied (cp.async with many lanes on one address is slow:
+  // fp4/NOTES.md); their slots are zeroed once here, before the first stage's proxy fence and barrier.
   constexpr int kXCopies = TOK * 8 / kThreads;
   const int xr = tid >> 3, xc = tid & 7;
+  const int live_copies = (a.m - tok0 - xr + 31) >> 5;  // rows xr + 32 it < M - tok0 for it < live_copies
   const T* x_src[kXCopies];
   uint32_t x_dst[kXCopies];
-  int x_bytes[kXCopies];
 #pragma unroll
   for (int it = 0; it < kXCopies; ++it) {
-    const bool in = tok0 + xr + 32 * it < a.m;
-    x_src[it] = a.x + (in ? int64_t(tok0 + xr + 32 * it) * a.x_stride + 8 * xc + int64_t(kt0) * kStageK : 0);
+    x_src[it] = a.x + (it < live_copies ? int64_t(tok0 + xr + 32 * it) * a.x_stride + 8 * xc + int64_t(kt0) * kStageK : 0);
     x_dst[it] = ring + x_offset(xr + 32 * it, xc);
-    x_bytes[it] = in ? 16 : 0;
+    if (it >= live_copies)
+#pragma unroll
+      for (int slot = 0; slot < kXStages; ++slot)
+        sm80::st_shared_zero16(x_dst[it] + uint32_t(slot) * Tile::kXBytes);
   }
   int x_next = 0;  // the next x stage to copy, relative to kt0
   auto load_x = [&]() {  // past the end an empty group: the wait counts stay uniform
@@ -105,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
       const uint32_t slot = uint32_t(x_next % kXStages) * Tile::kXBytes;
 #pragma unroll
       for (int it = 0; it < kXCopies; ++it) {
-        sm80::cp_async16_zfill(x_dst[it] + slot, x_src[it], x_bytes[it]);  // 0 bytes: reads nothing
+        if (it < live_copies) sm80::cp_async16_zfill(x_dst[it] + slot, x_src[it], 16);
         x_src[it] += kStageK;
       }
     }
