@@ -684,3 +684,67 @@ def test_sass_counts_whole_kernels_and_the_main_loop():
     # The MMA loop (0x40..0x80), not the copy loop or the trailing self-branch; a kernel without a loop counts nothing.
     assert loop["kernel_a"] == {"LDS": 1, "HGMMA": 2, "LOP3": 1, "BRA": 1}
     assert sum(loop["kernel_b"].values()) == 0
+
+
+# ---- dev/device/prebuilt.sh ----------------------------------------------------------------------------------------
+
+
+PREBUILT = ROOT / "dev" / "device" / "prebuilt.sh"
+
+
+def _prebuilt_tree(tmp_path: Path, hash_text: str | None) -> tuple[Path, dict]:
+    """A tree with setup.py, one csrc file and (unless hash_text is None) a carried .prebuilt; PYTHON is a stand-in
+    that logs its arguments and fakes the unpack and the install."""
+    import lzma
+
+    tree = tmp_path / "tree"
+    (tree / "dev" / "device").mkdir(parents=True)
+    (tree / "vllm_blockfp8" / "csrc").mkdir(parents=True)
+    shutil.copy(PREBUILT, tree / "dev" / "device" / "prebuilt.sh")
+    (tree / "setup.py").write_text("# setup\n")
+    (tree / "vllm_blockfp8" / "csrc" / "a.cu").write_text("// kernel\n")
+    if hash_text is not None:
+        (tree / ".prebuilt").mkdir()
+        (tree / ".prebuilt" / "_C.abi3.so.xz").write_bytes(lzma.compress(b"ELF"))
+        (tree / ".prebuilt" / "hash").write_text(hash_text + "\n")
+    fake = tmp_path / "fakepy.sh"
+    fake.write_text(f'#!/bin/bash\necho "$*" >> {tmp_path}/py.log\n'
+                    'case "$*" in *lzma*) printf ELF > "${@: -1}" ;; esac\nexit 0\n')
+    fake.chmod(0o755)
+    return tree, dict(os.environ, PYTHON=str(fake), TMPDIR=str(tmp_path))
+
+
+def _source_hash(tree: Path, archs: str) -> str:
+    """lib.sh's build stamp, computed as the device scripts compute it."""
+    cmd = 'echo "$(cat setup.py $(find vllm_blockfp8/csrc -type f | sort) | sha256sum | cut -c1-16)-$0"'
+    return subprocess.run(["bash", "-c", cmd, archs], cwd=tree, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_prebuilt_installs_only_a_build_of_exactly_these_sources(tmp_path):
+    tree, env = _prebuilt_tree(tmp_path, None)
+    want = _source_hash(tree, "8.9;9.0a")
+    assert 'hash=$(cat setup.py $(find vllm_blockfp8/csrc -type f | sort) | sha256sum | cut -c1-16)-$archs' \
+        in LIB.read_text()  # the stamp prebuilt.sh writes is the one build_extension checks
+    script = str(tree / "dev" / "device" / "prebuilt.sh")
+    stamp = tree / "vllm_blockfp8" / ".build_stamp"
+
+    proc = subprocess.run(["bash", script, "install", "8.9;9.0a"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout == "" and not stamp.exists()  # nothing carried: silent
+
+    for other in (want.replace("-8.9;9.0a", "-9.0a"), "0" * 16 + "-8.9;9.0a"):  # other archs, other sources
+        shutil.rmtree(tmp_path / "tree")
+        tree, env = _prebuilt_tree(tmp_path, other)
+        proc = subprocess.run(["bash", script, "install", "8.9;9.0a"], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0 and "compiling" in proc.stdout and not stamp.exists(), proc.stdout
+
+    shutil.rmtree(tmp_path / "tree")
+    tree, env = _prebuilt_tree(tmp_path, want)
+    proc = subprocess.run(["bash", script, "install", "8.9;9.0a"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and "installed the carried build" in proc.stdout, proc.stdout + proc.stderr
+    assert stamp.read_text().strip() == want
+    assert (tree / "vllm_blockfp8" / "_C.abi3.so").read_bytes() == b"ELF"
+    assert "-m pip install -q --no-build-isolation --no-deps -e ." in (tmp_path / "py.log").read_text()
+
+    proc = subprocess.run(["bash", script, "bogus"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and "usage" in proc.stderr

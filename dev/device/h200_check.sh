@@ -74,7 +74,9 @@ stage() {  # stage NAME CAP CMD...
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 # The H200 needs only sm_90a; CI and the default build also compile 8.9 and 12.0a.
 ARCHS=${ARCHS:-9.0a}
-# A warm machine keeps the build: skip it when the sources hash to the stamp of the last build.
+# A warm machine keeps the build: skip it when the sources hash to the stamp of the last build (or of a carried
+# .prebuilt: dev/device/prebuilt.sh).
+bash dev/device/prebuilt.sh install "$ARCHS"
 STAMP=vllm_blockfp8/.build_stamp
 HASH=$(cat setup.py $(find vllm_blockfp8/csrc -type f | sort) | sha256sum | cut -c1-16)-$ARCHS
 if [ -f vllm_blockfp8/_C.abi3.so ] && [ "$(cat $STAMP 2>/dev/null)" = "$HASH" ] && python3 -c "import vllm_blockfp8" 2>/dev/null; then

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The extension built on this (CPU) machine and carried to the device, so a device call spends no time compiling
+# (the device build takes ~150-160 s of each cold call; the device time is what is scarce, not this machine's).
+#
+#   dev/device/prebuilt.sh pack [ARCHS]      here, from the repository root: build the working tree's sources for
+#                                            ARCHS (default "8.9;9.0a", what h200_full.sh builds) in a scratch copy
+#                                            (/tmp/blockfp8-prebuilt, kept: only changed units recompile; a cold
+#                                            build is ~12 min on 2 cores), then write .prebuilt/_C.abi3.so.xz (~3 MB)
+#                                            and .prebuilt/hash. Carry ".prebuilt" with the call.
+#   dev/device/prebuilt.sh install ARCHS     on the device (lib.sh's build_extension and h200_check.sh call it): when
+#                                            .prebuilt/hash names exactly these sources and ARCHS, unpack the library,
+#                                            install the package around it (editable, BLOCKFP8_PREBUILT_EXT: nothing
+#                                            compiled, the vLLM plugin entry point registered) and write the build
+#                                            stamp, so the caller's build step is skipped; otherwise do nothing.
+#
+# The hash is the one the device scripts stamp a build with: setup.py and every file under vllm_blockfp8/csrc, and
+# the arch list. Needs setuptools on PYTHONPATH on the device (the carried .whl, installed by the caller).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PYTHON:-python3}
+source_hash() { echo "$(cat setup.py $(find vllm_blockfp8/csrc -type f | sort) | sha256sum | cut -c1-16)-$1"; }
+
+case ${1:-} in
+  pack)
+    archs=${2:-8.9;9.0a} scratch=/tmp/blockfp8-prebuilt
+    mkdir -p "$scratch" .prebuilt
+    # The tree's files (tracked and untracked, not ignored) with their times: units whose sources are unchanged
+    # since the last pack keep their objects.
+    git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -xf - -C "$scratch" || exit 1
+    (cd "$scratch" && TORCH_CUDA_ARCH_LIST="$archs" BLOCKFP8_ARCH_JOBS=${BLOCKFP8_ARCH_JOBS:-2} MAX_JOBS=${MAX_JOBS:-2} \
+      "$PY" setup.py -q build_ext --inplace > build.log 2>&1) || { tail -n 30 "$scratch/build.log"; exit 1; }
+    xz -T0 -6 -c "$scratch/vllm_blockfp8/_C.abi3.so" > .prebuilt/_C.abi3.so.xz || exit 1
+    source_hash "$archs" > .prebuilt/hash
+    echo "packed .prebuilt/_C.abi3.so.xz ($(du -h .prebuilt/_C.abi3.so.xz | cut -f1)) for $(cat .prebuilt/hash)"
+    ;;
+  install)
+    archs=${2:?ARCHS}
+    [ -f .prebuilt/_C.abi3.so.xz ] || exit 0
+    want=$(source_hash "$archs") lib=${TMPDIR:-/tmp}/blockfp8_C.abi3.so
+    if [ "$(cat .prebuilt/hash 2>/dev/null)" != "$want" ]; then
+      echo "prebuilt: .prebuilt was built from other sources or archs ($(cat .prebuilt/hash 2>/dev/null) vs $want): compiling"
+      exit 0
+    fi
+    "$PY" -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+      .prebuilt/_C.abi3.so.xz "$lib" || exit 0
+    cp "$lib" vllm_blockfp8/_C.abi3.so
+    if BLOCKFP8_PREBUILT_EXT="$lib" "$PY" -m pip install -q --no-build-isolation --no-deps -e . > "$lib.log" 2>&1; then
+      echo "$want" > vllm_blockfp8/.build_stamp
+      echo "prebuilt: installed the carried build ($want)"
+    else
+      rm -f vllm_blockfp8/_C.abi3.so
+      echo "prebuilt: install failed (compiling instead):"; tail -n 5 "$lib.log"
+    fi
+    ;;
+  *) echo "usage: dev/device/prebuilt.sh pack [ARCHS] | install ARCHS" >&2; exit 2 ;;
+esac
