@@ -91,7 +91,9 @@ __device__ __forceinline__ void fragment_step(const uint4& w, const uint2& s, in
 //     ldmatrix.x4 per token tile give the 8 B registers (matrix (step kk, half h) = x[tokens][16 kk + 8 h, + 8): lane
 //     (g, t) receives row g, elements 2t, 2t + 1 of each). One buffer, software-pipelined: the next stage's copies
 //     are issued as soon as this stage's ldmatrix has read it, so they fly under this stage's decode and mma and the
-//     next weight load. The buffer is reused for the partial sums at the end.
+//     next weight load. The buffer is reused for the partial sums at the end. X_VIA_L1: the copies keep x in L1
+//     (cp.async.ca), so the blocks on an SM, which walk the same K stages at about the same time, fetch each x stage
+//     from L2 once; .cg (false) bypasses L1, and at M = 16 x is 4x a stage's weight bytes (the probe times both).
 // Partial tiles are summed through shared memory in a fixed order (deterministic). Tokens past M: the direct loads
 // re-read token M - 1 (in bounds, never stored); the staged copies skip them and their buffer rows are zeroed once
 // (cp.async with many lanes on one address ran at 1.7-3.5x the time of distinct rows: fp4/NOTES.md).
@@ -103,7 +105,7 @@ struct FragmentGemvSmem {
   static constexpr int kBytes = kXBytes > kPartialBytes ? kXBytes : kPartialBytes;
 };
 
-template <int KS, int MT, int MIN_BLOCKS, bool STAGE_X, typename T>
+template <int KS, int MT, int MIN_BLOCKS, bool STAGE_X, typename T, bool X_VIA_L1 = true>
 __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(const Args<T> a) {
   using Smem = FragmentGemvSmem<KS, MT, STAGE_X>;
   __shared__ __align__(128) uint8_t smem[Smem::kBytes];
@@ -143,7 +145,12 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
   auto copy_x = [&](bool more) {
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
-      if (more && i < live_copies) sm80::cp_async16_zfill(x_dst[i], x_src[i], 16);
+      if (more && i < live_copies) {
+        if constexpr (X_VIA_L1)
+          sm80::cp_async16_l1(x_dst[i], x_src[i]);
+        else
+          sm80::cp_async16_zfill(x_dst[i], x_src[i], 16);
+      }
       x_src[i] += KS * kFragK;
     }
     sm80::cp_async_commit();
