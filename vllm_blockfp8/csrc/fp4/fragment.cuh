@@ -84,8 +84,8 @@ __device__ __forceinline__ void fragment_step(const uint4& w, const uint2& s, in
 // lane per stage), MT 8-token tiles (M <= 8 MT). The B fragment of step kk is x[token g] at k 2t, 2t + 1 and
 // 2t + 8, 2t + 9 (pairs t, t + 4, ..., t + 28 of the stage), two ways:
 //   STAGE_X = false: 8 4-byte loads per lane per stage, from L1. Cheapest while the lane groups share few token rows
-//     (M <= 4: tokens past M re-read the last); at M = 8 each load touches 8 rows (1.06-1.31x the row-contiguous
-//     GEMV's time, 1.15-1.55x at M = 16: fp4/NOTES.md).
+//     (the product: M <= 3; tokens past M re-read the last); at M = 8 each load touches 8 rows (1.06-1.31x the
+//     row-contiguous GEMV's time, 1.15-1.55x at M = 16: fp4/NOTES.md).
 //   STAGE_X = true: the warp copies its stage's x rows ([8 MT tokens][64], 128-byte rows, 16-byte chunk c of row r at
 //     chunk c ^ (r % 8): no bank conflicts) into its own shared buffer with 16-byte cp.async (2 MT per lane), and two
 //     ldmatrix.x4 per token tile give the 8 B registers (matrix (step kk, half h) = x[tokens][16 kk + 8 h, + 8): lane

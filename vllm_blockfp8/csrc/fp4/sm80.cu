@@ -128,9 +128,10 @@ void launch_gemv_mma_t(const Problem& p, cudaStream_t s) {
 
 // The fragment packing's GEMV (fragment.cuh) with the row's warps, token tiles and residency: one 16-row tile per
 // block, one 16-byte weight load per lane per 64-deep stage, two accumulators per token tile. x straight from L1 in
-// 4-byte pieces up to M = 4 (the lane groups share token rows), staged through shared memory above (16-byte
-// aligned x rows; else the 4-byte pieces).
-constexpr int64_t kFragmentDirectXMaxM = 4;
+// 4-byte pieces up to M = 3 (the lane groups share token rows; at M = 1 0.88-1.04x the staged time), staged through
+// shared memory above (16-byte aligned x rows; else the 4-byte pieces): at M = 4 direct took 1.06x the paired GEMV's
+// time on 4096x12288, staged 0.96x (fp4/NOTES.md).
+constexpr int64_t kFragmentDirectXMaxM = 3;
 
 template <int KS, int MT, int MINB, typename T>
 void launch_gemv_fragment_t(const Problem& p, cudaStream_t s) {
