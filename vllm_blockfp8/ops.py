@@ -353,9 +353,9 @@ def _nvfp4_linear_ref(x, b, b_scale, global_scale, bias=None, row=-1, b_scale_sw
     # Dequantize in the op and run one fp32 GEMM (CPU, or CUDA without the extension). Only device
     # ops on the given tensors: no host tensor is built, so CUDA graphs can capture it. e2m1 * e4m3
     # * an fp32 global scale is not representable in x's dtype: the output rounds once.
-    if packing == 2:
+    if NVFP4_PACKINGS[packing] == "fragment":
         b, b_scale = reference.unfragment_nvfp4_weight(b, b_scale)
-    elif packing == 1:
+    elif NVFP4_PACKINGS[packing] == "paired":
         b = reference.unpair_nvfp4_weight(b)
     w = reference.dequantize_nvfp4(b, b_scale, global_scale.reshape(-1, 1))
     out = x.float() @ w.t()
