@@ -122,9 +122,9 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
   const T* x_src[kCopies];
   uint32_t x_dst[kCopies];
   uint32_t x_base = 0, ld_row = 0;
-  // Copy i of this lane holds token row (lane >> 3) + 4 i: rows up to M - 1 for i < live_copies.
-  const int live_copies = (a.m - (lane >> 3) + 3) >> 2;
+  int live_copies = 0;  // STAGE_X: copy i of this lane holds token row (lane >> 3) + 4 i, a row < M for i < live_copies
   if constexpr (STAGE_X) {
+    live_copies = (a.m - (lane >> 3) + 3) >> 2;
     x_base = sm80::smem_addr(smem) + uint32_t(warp) * (MT * kMmaTokens * kFragK * 2);
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
