@@ -240,6 +240,7 @@ def test_ab_compare_settings_pairs_the_same_row_across_runs(tmp_path, capsys):
 
 PENDING = ROOT / "dev" / "device" / "h200_pending.sh"
 LIB = ROOT / "dev" / "device" / "lib.sh"
+PREBUILT = ROOT / "dev" / "device" / "prebuilt.sh"
 
 
 def test_pending_script_parses_and_its_paths_exist():
@@ -262,6 +263,7 @@ def _run_pending(tmp_path: Path, fake_body: str) -> tuple[int, str, list[str], s
     (tree / "dev" / "device").mkdir(parents=True)
     shutil.copy(PENDING, tree / "dev" / "device" / "h200_pending.sh")
     shutil.copy(LIB, tree / "dev" / "device" / "lib.sh")
+    shutil.copy(PREBUILT, tree / "dev" / "device" / "prebuilt.sh")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("nvidia-smi", "compute-sanitizer"):  # stand-ins: print and succeed
@@ -330,7 +332,7 @@ def _run_tune(tmp_path: Path, fake_body: str, *stages: str, **env_extra) -> tupl
     (tree / "vllm_blockfp8" / "csrc").mkdir(parents=True)
     (tree / "vllm_blockfp8" / "_C.abi3.so").write_text("")
     (tree / "setup.py").write_text("")
-    for script in (TUNE_SH, LIB):
+    for script in (TUNE_SH, LIB, PREBUILT):
         shutil.copy(script, tree / "dev" / "device" / script.name)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -477,6 +479,7 @@ def test_full_script_runs_its_parts_side_by_side_and_passes_only_when_all_pass(t
         (tree / "tests" / name).write_text("")
     shutil.copy(FULL, tree / "dev" / "device" / "h200_full.sh")
     shutil.copy(LIB, tree / "dev" / "device" / "lib.sh")
+    shutil.copy(PREBUILT, tree / "dev" / "device" / "prebuilt.sh")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text('#!/bin/bash\necho "fake GPU"\n')
@@ -689,7 +692,6 @@ def test_sass_counts_whole_kernels_and_the_main_loop():
 # ---- dev/device/prebuilt.sh ----------------------------------------------------------------------------------------
 
 
-PREBUILT = ROOT / "dev" / "device" / "prebuilt.sh"
 
 
 def _prebuilt_tree(tmp_path: Path, hash_text: str | None) -> tuple[Path, dict]:
@@ -703,6 +705,7 @@ def _prebuilt_tree(tmp_path: Path, hash_text: str | None) -> tuple[Path, dict]:
     shutil.copy(PREBUILT, tree / "dev" / "device" / "prebuilt.sh")
     (tree / "setup.py").write_text("# setup\n")
     (tree / "vllm_blockfp8" / "csrc" / "a.cu").write_text("// kernel\n")
+    (tree / "vllm_blockfp8" / "csrc" / "NOTES.md").write_text("notes\n")  # sorts first only in the C collation
     if hash_text is not None:
         (tree / ".prebuilt").mkdir()
         (tree / ".prebuilt" / "_C.abi3.so.xz").write_bytes(lzma.compress(b"ELF"))
@@ -716,7 +719,7 @@ def _prebuilt_tree(tmp_path: Path, hash_text: str | None) -> tuple[Path, dict]:
 
 def _source_hash(tree: Path, archs: str) -> str:
     """lib.sh's build stamp, computed as the device scripts compute it."""
-    cmd = 'echo "$(cat setup.py $(find vllm_blockfp8/csrc -type f | sort) | sha256sum | cut -c1-16)-$0"'
+    cmd = 'echo "$(cat setup.py $(find vllm_blockfp8/csrc -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)-$0"'
     return subprocess.run(["bash", "-c", cmd, archs], cwd=tree, capture_output=True, text=True,
                           check=True).stdout.strip()
 
@@ -724,19 +727,32 @@ def _source_hash(tree: Path, archs: str) -> str:
 def test_prebuilt_installs_only_a_build_of_exactly_these_sources(tmp_path):
     tree, env = _prebuilt_tree(tmp_path, None)
     want = _source_hash(tree, "8.9;9.0a")
-    assert 'hash=$(cat setup.py $(find vllm_blockfp8/csrc -type f | sort) | sha256sum | cut -c1-16)-$archs' \
-        in LIB.read_text()  # the stamp prebuilt.sh writes is the one build_extension checks
+    # The stamp prebuilt.sh writes is the one build_extension and h200_check.sh check: they ask prebuilt.sh for it.
+    assert 'hash=$(bash dev/device/prebuilt.sh hash "$archs")' in LIB.read_text()
+    assert 'HASH=$(bash dev/device/prebuilt.sh hash "$ARCHS")' in (ROOT / "dev" / "device" / "h200_check.sh").read_text()
     script = str(tree / "dev" / "device" / "prebuilt.sh")
     stamp = tree / "vllm_blockfp8" / ".build_stamp"
 
     proc = subprocess.run(["bash", script, "install", "8.9;9.0a"], env=env, capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout == "" and not stamp.exists()  # nothing carried: silent
+    for lang in ("C", "C.UTF-8", "en_US.UTF-8"):  # one hash whatever the locale sorts by
+        proc = subprocess.run(["bash", script, "hash", "8.9;9.0a"], env=dict(env, LANG=lang, LC_ALL=lang),
+                              capture_output=True, text=True)
+        assert proc.stdout.strip() == want, proc.stderr
 
     for other in (want.replace("-8.9;9.0a", "-9.0a"), "0" * 16 + "-8.9;9.0a"):  # other archs, other sources
         shutil.rmtree(tmp_path / "tree")
         tree, env = _prebuilt_tree(tmp_path, other)
         proc = subprocess.run(["bash", script, "install", "8.9;9.0a"], env=env, capture_output=True, text=True)
         assert proc.returncode == 0 and "compiling" in proc.stdout and not stamp.exists(), proc.stdout
+
+    # A manifest packed from other sources: the mismatch names the file that differs.
+    (tree / ".prebuilt" / "manifest").write_text(subprocess.run(
+        ["bash", "-c", "sha256sum setup.py vllm_blockfp8/csrc/NOTES.md; echo 0 vllm_blockfp8/csrc/a.cu"],
+        cwd=tree, capture_output=True, text=True).stdout)
+    proc = subprocess.run(["bash", script, "install", "8.9;9.0a"], env=env, capture_output=True, text=True)
+    assert "compiling" in proc.stdout and "vllm_blockfp8/csrc/a.cu" in proc.stdout \
+        and "NOTES.md" not in proc.stdout.split("compiling", 1)[1], proc.stdout
 
     shutil.rmtree(tmp_path / "tree")
     tree, env = _prebuilt_tree(tmp_path, want)

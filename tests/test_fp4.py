@@ -268,7 +268,7 @@ def test_wgmma_rows_ragged_and_long_k(row, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_fragment_gemv_x_direct_and_staged(dtype):
-    """The fragment GEMV takes x in 4-byte pieces up to M = 4 and through shared memory (cp.async + ldmatrix) above,
+    """The fragment GEMV takes x in 4-byte pieces up to M = 3 and through shared memory (cp.async + ldmatrix) above,
     where x rows are 16-byte aligned; with 4-byte aligned rows it keeps the pieces. Every M of both GEMV token tiles,
     both x alignments, 16-warp and 8-warp blocks (a wide layer)."""
     for n, k in ((384, 1024), (4352, 2048)):

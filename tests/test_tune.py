@@ -329,3 +329,33 @@ def test_forced_row_is_honoured():
 def test_tuned_row_is_honoured():
     chosen, other = _other_gemv_row()
     assert _run_logged({}, other)[-1].endswith(f"-> {other}")
+
+
+_TIMER_SCRIPT = textwrap.dedent("""
+    from vllm_blockfp8 import ops
+    from vllm_blockfp8.tools import tune
+    m, n, k = 64, 4096, 4096
+    tables = tune.GpuTables()
+    family = tables.family_for("fp8", m, n, k)
+    rows = [r for r in tables.rows(family, m, n, k) if r != tables.default(family, m, n, k)][:2]
+    times = tune.gpu_timer(family, rows, m, n, k)
+    assert set(times) == {"", *rows} and all(t > 0 for t in times.values()), times
+    assert ops.tuned_rows() == [], ops.tuned_rows()  # the one-entry tables are gone
+    print(family, *rows)
+""")
+
+
+@needs_kernels()
+def test_gpu_timer_times_each_row_inside_the_full_linear():
+    """tune times a GEMM row as the layer serves it: blockfp8_linear (the quantizer, then that row, put in force as a
+    one-entry tuned table), not the GEMM op alone (where rows won that then lost in the full linear)."""
+    env = dict(os.environ, BLOCKFP8_LOG_ROWS="1")
+    res = subprocess.run([sys.executable, "-c", _TIMER_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    family, *rows = res.stdout.split()
+    if family != "gemm" or not rows:
+        pytest.skip(f"M = 64 runs {family} with {len(rows)} other row(s) on this GPU")
+    logged = res.stderr.splitlines()
+    assert any(line.startswith("[blockfp8] linear N=4096 K=4096 M=64 -> ") for line in logged), res.stderr
+    for row in rows:
+        assert f"[blockfp8] gemm N=4096 K=4096 M=64 -> {row}" in logged, (row, res.stderr)

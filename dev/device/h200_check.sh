@@ -78,7 +78,7 @@ ARCHS=${ARCHS:-9.0a}
 # .prebuilt: dev/device/prebuilt.sh).
 bash dev/device/prebuilt.sh install "$ARCHS"
 STAMP=vllm_blockfp8/.build_stamp
-HASH=$(cat setup.py $(find vllm_blockfp8/csrc -type f | sort) | sha256sum | cut -c1-16)-$ARCHS
+HASH=$(bash dev/device/prebuilt.sh hash "$ARCHS")
 if [ -f vllm_blockfp8/_C.abi3.so ] && [ "$(cat $STAMP 2>/dev/null)" = "$HASH" ] && python3 -c "import vllm_blockfp8" 2>/dev/null; then
   echo "build: unchanged sources, keeping the last build"
 else

@@ -99,7 +99,7 @@ build_extension() {  # build_extension ARCHS CAP
   local archs=$1 cap=$2 stamp=vllm_blockfp8/.build_stamp hash
   # A carried .prebuilt of exactly these sources installs without compiling (prebuilt.sh).
   [ -f dev/device/prebuilt.sh ] && PYTHON=$PY bash dev/device/prebuilt.sh install "$archs"
-  hash=$(cat setup.py $(find vllm_blockfp8/csrc -type f | sort) | sha256sum | cut -c1-16)-$archs
+  hash=$(bash dev/device/prebuilt.sh hash "$archs")
   if [ -f vllm_blockfp8/_C.abi3.so ] && [ "$(cat $stamp 2>/dev/null)" = "$hash" ] && "$PY" -c "import vllm_blockfp8" 2>/dev/null; then
     note build "unchanged sources: kept the last build ($archs)"
   elif ! "$PY" -c "import cutlass_library" 2> /dev/null; then

@@ -7,18 +7,22 @@
 #                                            (/tmp/blockfp8-prebuilt, kept: only changed units recompile; a cold
 #                                            build is ~12 min on 2 cores), then write .prebuilt/_C.abi3.so.xz (~3 MB)
 #                                            and .prebuilt/hash. Carry ".prebuilt" with the call.
+#   dev/device/prebuilt.sh hash ARCHS        print the sources' hash: the build stamp lib.sh and h200_check.sh compare.
 #   dev/device/prebuilt.sh install ARCHS     on the device (lib.sh's build_extension and h200_check.sh call it): when
 #                                            .prebuilt/hash names exactly these sources and ARCHS, unpack the library,
 #                                            install the package around it (editable, BLOCKFP8_PREBUILT_EXT: nothing
 #                                            compiled, the vLLM plugin entry point registered) and write the build
 #                                            stamp, so the caller's build step is skipped; otherwise do nothing.
 #
-# The hash is the one the device scripts stamp a build with: setup.py and every file under vllm_blockfp8/csrc, and
-# the arch list. Needs setuptools on PYTHONPATH on the device (the carried .whl, installed by the caller).
+# The hash covers setup.py, every file under vllm_blockfp8/csrc and the arch list. The file list is sorted in the C
+# collation: the device's locale sorts NOTES.md among the lowercase names, which changed the hash of identical
+# sources. On a mismatch, install names the files that differ from .prebuilt/manifest. Needs setuptools on
+# PYTHONPATH on the device (the carried .whl, installed by the caller).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
-source_hash() { echo "$(cat setup.py $(find vllm_blockfp8/csrc -type f | sort) | sha256sum | cut -c1-16)-$1"; }
+sources() { echo setup.py; find vllm_blockfp8/csrc -type f | LC_ALL=C sort; }
+source_hash() { echo "$(cat $(sources) | sha256sum | cut -c1-16)-$1"; }
 
 case ${1:-} in
   pack)
@@ -31,6 +35,7 @@ case ${1:-} in
       "$PY" setup.py -q build_ext --inplace > build.log 2>&1) || { tail -n 30 "$scratch/build.log"; exit 1; }
     xz -T0 -6 -c "$scratch/vllm_blockfp8/_C.abi3.so" > .prebuilt/_C.abi3.so.xz || exit 1
     source_hash "$archs" > .prebuilt/hash
+    sha256sum $(sources) > .prebuilt/manifest
     echo "packed .prebuilt/_C.abi3.so.xz ($(du -h .prebuilt/_C.abi3.so.xz | cut -f1)) for $(cat .prebuilt/hash)"
     ;;
   install)
@@ -39,6 +44,7 @@ case ${1:-} in
     want=$(source_hash "$archs") lib=${TMPDIR:-/tmp}/blockfp8_C.abi3.so
     if [ "$(cat .prebuilt/hash 2>/dev/null)" != "$want" ]; then
       echo "prebuilt: .prebuilt was built from other sources or archs ($(cat .prebuilt/hash 2>/dev/null) vs $want): compiling"
+      [ -f .prebuilt/manifest ] && diff <(sha256sum $(sources)) .prebuilt/manifest | grep '^[<>]' | head -n 10
       exit 0
     fi
     "$PY" -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
@@ -52,5 +58,6 @@ case ${1:-} in
       echo "prebuilt: install failed (compiling instead):"; tail -n 5 "$lib.log"
     fi
     ;;
-  *) echo "usage: dev/device/prebuilt.sh pack [ARCHS] | install ARCHS" >&2; exit 2 ;;
+  hash) source_hash "${2:?ARCHS}" ;;
+  *) echo "usage: dev/device/prebuilt.sh pack [ARCHS] | hash ARCHS | install ARCHS" >&2; exit 2 ;;
 esac

@@ -5,9 +5,9 @@ Shapes come from the checkpoint's safetensors headers (no weights are read): blo
 ``weight_scale_inv``) and NVFP4 weights (uint8 [N, K/2] beside an e4m3 ``weight_scale``); vLLM's fused layers
 (q/k/v -> qkv, gate/up -> gate_up) are timed at their fused N, as served at tensor parallel size 1. MoE experts are
 skipped (vLLM's own MoE kernels serve them). Per point the family that serves M is tuned: for block FP8 the linear
-table's path at that M (its GEMV rows, or its W8A8 GEMM rows: the quantizer before them is the same for every
-row), for NVFP4 the nvfp4 rows. The timer is tools/harness.py, the one the benchmarks time with (CUDA graphs over
-rotating weight copies, variants interleaved); ``dry_run_timer`` fakes it so the loop runs without a GPU.
+table's path at that M (its GEMV rows, or its W8A8 GEMM rows), for NVFP4 the nvfp4 rows; every row is timed inside
+the full linear op, as served (``gpu_timer``). The timer is tools/harness.py, the one the benchmarks time with (CUDA
+graphs over rotating weight copies, variants interleaved); ``dry_run_timer`` fakes it so the loop runs without a GPU.
 """
 
 from __future__ import annotations
@@ -114,8 +114,12 @@ class GpuTables:
 
 
 def gpu_timer(family: str, rows: list, m: int, n: int, k: int) -> dict:
-    """Per-call microseconds of each row forced through its op, and of the table's own choice ("" key), on the
-    harness: one CUDA graph per variant over rotating weight copies, replays interleaved."""
+    """Per-call microseconds of each row, and of the table's own choice ("" key), on the harness: one CUDA graph per
+    variant over rotating weight copies, replays interleaved. Each is timed as the layer runs it: block FP8 through
+    the full linear op (activation quantization included), the row put in force as a one-entry tuned table while its
+    graph is captured, which is how a tuned file changes serving and how benchmarks/bench_tune_ab.py judges one;
+    NVFP4 through nvfp4_linear with the row forced. Timed on the GEMM op alone, three GEMM rows that won there by
+    6-9% lost 1-11% in the full linear (an H100: gate_up M = 2048 and 4096), so the alone timing was the wrong one."""
     import torch
 
     from .. import ops, reference
@@ -123,7 +127,6 @@ def gpu_timer(family: str, rows: list, m: int, n: int, k: int) -> dict:
     fp4 = family == "nvfp4"
     copies = harness.copies_for(n * k // (2 if fp4 else 1))
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    a, a_scale = ops.per_token_group_quant(x) if family == "gemm" else (None, None)
     w = torch.randn(n, k, device="cuda")
     packed = reference.quantize_nvfp4(w) if fp4 else reference.quantize_block_fp8(w)
     packing = "modelopt"
@@ -133,16 +136,23 @@ def gpu_timer(family: str, rows: list, m: int, n: int, k: int) -> dict:
     del w
     weights = [tuple(t.clone() for t in packed) for _ in range(copies)]  # distinct copies: every call reads HBM
 
-    def call(c, row):
-        if family == "gemv":
-            return ops.blockfp8_gemv(x, c[0], c[1], row=row)
-        if family == "gemm":
-            return ops.blockfp8_gemm(a, a_scale, c[0], c[1], row=row)
-        return ops.nvfp4_linear(x, c[0], c[1], c[2], row=row, packing=packing)
+    def factory(row):
+        if fp4:
+            return lambda i: (lambda c=weights[i]: ops.nvfp4_linear(x, c[0], c[1], c[2], row=row, packing=packing))
+        table = [dict(family=family, n=n, k=k, m_min=m, m_max=m, row=row)] if row else []
+
+        def make(i):
+            if i == 0:  # prepare_graph builds a variant's callables first and captures it whole before the next
+                ops.set_tuned_rows(table)
+            return lambda c=weights[i]: ops.blockfp8_linear(x, c[0], c[1])
+        return make
 
     labels = [""] + list(rows)
-    graphs = [harness.prepare_graph(lambda i, r=(r or None): (lambda c=weights[i]: call(c, r)), copies)
-              for r in labels]
+    try:
+        graphs = [harness.prepare_graph(factory(r or None), copies) for r in labels]
+    finally:
+        if not fp4:
+            ops.set_tuned_rows([])
     times = harness.time_prepared(graphs)
     return {label: t.us for label, t in zip(labels, times)}
 

@@ -84,14 +84,16 @@ __device__ __forceinline__ void fragment_step(const uint4& w, const uint2& s, in
 // lane per stage), MT 8-token tiles (M <= 8 MT). The B fragment of step kk is x[token g] at k 2t, 2t + 1 and
 // 2t + 8, 2t + 9 (pairs t, t + 4, ..., t + 28 of the stage), two ways:
 //   STAGE_X = false: 8 4-byte loads per lane per stage, from L1. Cheapest while the lane groups share few token rows
-//     (M <= 4: tokens past M re-read the last); at M = 8 each load touches 8 rows (1.06-1.31x the row-contiguous
-//     GEMV's time, 1.15-1.55x at M = 16: fp4/NOTES.md).
+//     (the product: M <= 3; tokens past M re-read the last); at M = 8 each load touches 8 rows (1.06-1.31x the
+//     row-contiguous GEMV's time, 1.15-1.55x at M = 16: fp4/NOTES.md).
 //   STAGE_X = true: the warp copies its stage's x rows ([8 MT tokens][64], 128-byte rows, 16-byte chunk c of row r at
 //     chunk c ^ (r % 8): no bank conflicts) into its own shared buffer with 16-byte cp.async (2 MT per lane), and two
 //     ldmatrix.x4 per token tile give the 8 B registers (matrix (step kk, half h) = x[tokens][16 kk + 8 h, + 8): lane
 //     (g, t) receives row g, elements 2t, 2t + 1 of each). One buffer, software-pipelined: the next stage's copies
 //     are issued as soon as this stage's ldmatrix has read it, so they fly under this stage's decode and mma and the
-//     next weight load. The buffer is reused for the partial sums at the end.
+//     next weight load. The buffer is reused for the partial sums at the end. X_VIA_L1: the copies keep x in L1
+//     (cp.async.ca), so the blocks on an SM, which walk the same K stages at about the same time, fetch each x stage
+//     from L2 once; .cg (false) bypasses L1, and at M = 16 x is 4x a stage's weight bytes (the probe times both).
 // Partial tiles are summed through shared memory in a fixed order (deterministic). Tokens past M: the direct loads
 // re-read token M - 1 (in bounds, never stored); the staged copies skip them and their buffer rows are zeroed once
 // (cp.async with many lanes on one address ran at 1.7-3.5x the time of distinct rows: fp4/NOTES.md).
@@ -103,7 +105,7 @@ struct FragmentGemvSmem {
   static constexpr int kBytes = kXBytes > kPartialBytes ? kXBytes : kPartialBytes;
 };
 
-template <int KS, int MT, int MIN_BLOCKS, bool STAGE_X, typename T>
+template <int KS, int MT, int MIN_BLOCKS, bool STAGE_X, typename T, bool X_VIA_L1 = true>
 __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(const Args<T> a) {
   using Smem = FragmentGemvSmem<KS, MT, STAGE_X>;
   __shared__ __align__(128) uint8_t smem[Smem::kBytes];
@@ -120,9 +122,9 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
   const T* x_src[kCopies];
   uint32_t x_dst[kCopies];
   uint32_t x_base = 0, ld_row = 0;
-  // Copy i of this lane holds token row (lane >> 3) + 4 i: rows up to M - 1 for i < live_copies.
-  const int live_copies = (a.m - (lane >> 3) + 3) >> 2;
+  int live_copies = 0;  // STAGE_X: copy i of this lane holds token row (lane >> 3) + 4 i, a row < M for i < live_copies
   if constexpr (STAGE_X) {
+    live_copies = (a.m - (lane >> 3) + 3) >> 2;
     x_base = sm80::smem_addr(smem) + uint32_t(warp) * (MT * kMmaTokens * kFragK * 2);
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
@@ -143,7 +145,12 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
   auto copy_x = [&](bool more) {
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
-      if (more && i < live_copies) sm80::cp_async16_zfill(x_dst[i], x_src[i], 16);
+      if (more && i < live_copies) {
+        if constexpr (X_VIA_L1)
+          sm80::cp_async16_l1(x_dst[i], x_src[i]);
+        else
+          sm80::cp_async16_zfill(x_dst[i], x_src[i], 16);
+      }
       x_src[i] += KS * kFragK;
     }
     sm80::cp_async_commit();

@@ -50,6 +50,7 @@ const char* shared_rejects(const Problem& p) {
 }
 
 bool fragment(const Problem& p) { return p.packing == Packing::kFragment; }
+bool paired(const Problem& p) { return p.packing == Packing::kPaired; }
 
 const char* accepts_all(const Problem&) { return nullptr; }
 size_t no_workspace(const Problem&) { return 0; }
@@ -128,9 +129,10 @@ void launch_gemv_mma_t(const Problem& p, cudaStream_t s) {
 
 // The fragment packing's GEMV (fragment.cuh) with the row's warps, token tiles and residency: one 16-row tile per
 // block, one 16-byte weight load per lane per 64-deep stage, two accumulators per token tile. x straight from L1 in
-// 4-byte pieces up to M = 4 (the lane groups share token rows), staged through shared memory above (16-byte
-// aligned x rows; else the 4-byte pieces).
-constexpr int64_t kFragmentDirectXMaxM = 4;
+// 4-byte pieces up to M = 3 (the lane groups share token rows; at M = 1 0.88-1.04x the staged time), staged through
+// shared memory above (16-byte aligned x rows; else the 4-byte pieces): at M = 4 direct took 1.06x the paired GEMV's
+// time on 4096x12288, staged 0.96x (fp4/NOTES.md).
+constexpr int64_t kFragmentDirectXMaxM = 3;
 
 template <int KS, int MT, int MINB, typename T>
 void launch_gemv_fragment_t(const Problem& p, cudaStream_t s) {
@@ -143,15 +145,15 @@ void launch_gemv_fragment_t(const Problem& p, cudaStream_t s) {
 
 template <int KS, int MT, int CT, int U, int MINB, int ACCS = 1>
 cudaError_t launch_gemv_mma(const Problem& p, cudaStream_t s) {
-  const bool paired = p.packing == Packing::kPaired;
   if (fragment(p))
-    p.bf16 ? launch_gemv_fragment_t<KS, MT, MINB, __nv_bfloat16>(p, s) : launch_gemv_fragment_t<KS, MT, MINB, __half>(p, s);
+    p.bf16 ? launch_gemv_fragment_t<KS, MT, MINB, __nv_bfloat16>(p, s)
+           : launch_gemv_fragment_t<KS, MT, MINB, __half>(p, s);
   else if (p.bf16)
-    paired ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __nv_bfloat16>(p, s)
-           : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __nv_bfloat16>(p, s);
+    paired(p) ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __nv_bfloat16>(p, s)
+              : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __nv_bfloat16>(p, s);
   else
-    paired ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __half>(p, s)
-           : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __half>(p, s);
+    paired(p) ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __half>(p, s)
+              : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __half>(p, s);
   return cudaGetLastError();
 }
 
@@ -193,12 +195,11 @@ cudaError_t launch_gemv_fma(const Problem& p, cudaStream_t s) {
     return cudaGetLastError();
   }
   const dim3 grid(unsigned((p.n + kFmaWarps - 1) / kFmaWarps), grid_m);
-  const bool paired = p.packing == Packing::kPaired;
-  if (p.bf16 && paired)
+  if (p.bf16 && paired(p))
     gemv_fma_kernel<kFmaTokens, true, __nv_bfloat16><<<grid, 32 * kFmaWarps, 0, s>>>(args<__nv_bfloat16>(p));
   else if (p.bf16)
     gemv_fma_kernel<kFmaTokens, false, __nv_bfloat16><<<grid, 32 * kFmaWarps, 0, s>>>(args<__nv_bfloat16>(p));
-  else if (paired)
+  else if (paired(p))
     gemv_fma_kernel<kFmaTokens, true, __half><<<grid, 32 * kFmaWarps, 0, s>>>(args<__half>(p));
   else
     gemv_fma_kernel<kFmaTokens, false, __half><<<grid, 32 * kFmaWarps, 0, s>>>(args<__half>(p));
@@ -207,12 +208,11 @@ cudaError_t launch_gemv_fma(const Problem& p, cudaStream_t s) {
 
 template <int WN, int WM, int NT, int STAGES>
 cudaError_t launch_w4a16(const Problem& p, cudaStream_t s) {
-  const bool paired = p.packing == Packing::kPaired;
   if (p.bf16)
-    return paired ? launch_w4a16_t<WN, WM, NT, STAGES, true, __nv_bfloat16>(p, s)
-                  : launch_w4a16_t<WN, WM, NT, STAGES, false, __nv_bfloat16>(p, s);
-  return paired ? launch_w4a16_t<WN, WM, NT, STAGES, true, __half>(p, s)
-                : launch_w4a16_t<WN, WM, NT, STAGES, false, __half>(p, s);
+    return paired(p) ? launch_w4a16_t<WN, WM, NT, STAGES, true, __nv_bfloat16>(p, s)
+                     : launch_w4a16_t<WN, WM, NT, STAGES, false, __nv_bfloat16>(p, s);
+  return paired(p) ? launch_w4a16_t<WN, WM, NT, STAGES, true, __half>(p, s)
+                   : launch_w4a16_t<WN, WM, NT, STAGES, false, __half>(p, s);
 }
 
 #ifdef BLOCKFP8_HAS_SM90_GEMM
