@@ -40,6 +40,7 @@ SHAPES = (
     QWEN3,
 )
 ALL_M = (1, 2, 5, 8, 9, 16, 17, 31, 64, 83, 128, 129, 300)
+DEQUANT_ROW = reference.NVFP4_WEIGHT_ROUNDING_ROWS[0]  # forced only: dequantize, then cuBLAS
 FORCED_M = (1, 3, 8, 13, 16, 40, 130)
 
 
@@ -59,6 +60,8 @@ def _row_accepts(name: str, m: int, n: int, k: int, packing: str) -> bool:
         return False
     if name == "fp4_gemv_fma_anym":
         return True
+    if name == DEQUANT_ROW:
+        return fragment
     if name.startswith("fp4_wgmma_"):  # SM90 only (the sm_90a unit); smem fits the H100/H200; fragment only
         return fragment and torch.cuda.get_device_capability() == (9, 0)
     if k % 128 and not fragment:
@@ -127,7 +130,7 @@ def _run(x, packed, scale, gs, bias=None, row=None, packing=None) -> torch.Tenso
 def _check(x, packed, scale, gs, bias=None, row=None, what="nvfp4", packing=None):
     out = _run(x, packed, scale, gs, bias, row, packing)
     assert out.dtype == x.dtype and out.shape == (x.shape[0], packed.shape[0])
-    reference.assert_close_to_ref(out, reference.nvfp4_linear_ref(x, packed, scale, gs, bias), what)
+    reference.assert_nvfp4_row_close(out, x, packed, scale, gs, bias, row, what)
     return out
 
 
@@ -202,10 +205,10 @@ def test_every_row_runs_on_a_model_shape(row, dtype, packing):
     2112 x 7168 for the narrow-layer row) at an M it takes, in each packing it reads: no row ships unrun. A row
     that does not read the packing is refused before the op, with the reason."""
     models = (shapes.by_name("qwen3-8b.gate_up"), shapes.by_name("dsv3.2112x7168"))
-    refused = (row.startswith("fp4_wgmma_") and packing != "fragment" or
-               row.startswith("fp4_w4a16_") and packing == "fragment")
+    fragment_only = row.startswith("fp4_wgmma_") or row == DEQUANT_ROW
+    refused = (fragment_only and packing != "fragment" or row.startswith("fp4_w4a16_") and packing == "fragment")
     if refused:
-        reads = "fragment packing only" if row.startswith("fp4_wgmma_") else "not the fragment packing"
+        reads = "fragment packing only" if fragment_only else "not the fragment packing"
         with pytest.raises(ValueError, match=f"cannot run .*{reads}"):
             _run(_x(256, models[0].k, dtype), *_weight(models[0].n, models[0].k), row=row, packing=packing)
         return
@@ -409,8 +412,7 @@ def test_cuda_graph_replay(row, m, dtype, packing):
     torch.cuda.synchronize()
     eager = ops.nvfp4_linear(x, packed, scale, per_row, bias, row=row, packing=packing)
     assert torch.equal(out, eager)
-    reference.assert_close_to_ref(out, reference.nvfp4_linear_ref(x, modelopt, plain_scale, per_row, bias),
-                                  f"graph {row}")
+    reference.assert_nvfp4_row_close(out, x, modelopt, plain_scale, per_row, bias, row, f"graph {row}")
 
 
 @PACKINGS

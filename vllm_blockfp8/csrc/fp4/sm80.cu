@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "../common/vector_rows.h"
+#include "dequant.cuh"
 #include "fp4.h"
 #include "fragment.cuh"
 #include "gemv.cuh"
@@ -215,6 +216,29 @@ cudaError_t launch_w4a16(const Problem& p, cudaStream_t s) {
                    : launch_w4a16_t<WN, WM, NT, STAGES, false, __half>(p, s);
 }
 
+// The dequantize row (dequant.cuh): this launch writes the 16-bit weight [n, k] into the workspace; the op multiplies
+// it (cuBLAS through torch: ops.cpp), applies the bias and never calls launch() for anything else of this row.
+const char* dequant_rejects(const Problem& p) {
+  if (!fragment(p)) return "the dequantize row reads the fragment packing only (the vLLM layer stores it on SM90)";
+  if (reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0) return "the workspace must be 16-byte aligned";
+  if ((p.n / kFragRows) * (p.k / kFragK) / kDequantWarps >= (int64_t(1) << 31)) return "the weight is too large";
+  return nullptr;
+}
+
+size_t dequant_workspace(const Problem& p) { return size_t(p.n) * size_t(p.k) * 2; }
+
+cudaError_t launch_dequant(const Problem& p, cudaStream_t s) {
+  const int64_t blocks = (p.n / kFragRows) * (p.k / kFragK);
+  const dim3 grid(unsigned((blocks + kDequantWarps - 1) / kDequantWarps));
+  if (p.bf16)
+    dequant_fragment_kernel<__nv_bfloat16><<<grid, 32 * kDequantWarps, 0, s>>>(
+        p.b, p.b_scale, p.global_scale, p.global_scale_stride, static_cast<__nv_bfloat16*>(p.workspace), p.n, p.k);
+  else
+    dequant_fragment_kernel<__half><<<grid, 32 * kDequantWarps, 0, s>>>(
+        p.b, p.b_scale, p.global_scale, p.global_scale_stride, static_cast<__half*>(p.workspace), p.n, p.k);
+  return cudaGetLastError();
+}
+
 #ifdef BLOCKFP8_HAS_SM90_GEMM
 // The SM90 wgmma rows (fp4/sm90/w4a16_wgmma.cuh): 128 weight rows x TOK tokens per tile.
 template <int TOK>
@@ -287,8 +311,15 @@ constexpr Fp4Row kRows[] = {
      &w4a16_rejects<4, 2, 4, 2>, &launch_w4a16<4, 2, 4, 2>, &w4a16_workspace<4, 2, 4, 2>},
     {{"fp4_gemv_fma_anym", kUnboundedM, "any valid problem (K % 32 == 0, x 2-byte aligned): the correctness fallback"},
      &accepts_all, &launch_gemv_fma},
+    // Past the fallback: forced only, a candidate for large M until measured against the wgmma rows (fp4/NOTES.md).
+    {{"fp4_dequant_cublas", kUnboundedM, "candidate, forced only: the fragment packing dequantized to 16 bits (n * k "
+                                         "* 2 bytes of workspace), then cuBLAS; large M, where the weight's bytes "
+                                         "are small beside the product"},
+     &dequant_rejects, &launch_dequant, &dequant_workspace},
 };
 constexpr int kNumRows = int(sizeof(kRows) / sizeof(kRows[0]));
+constexpr int kDequantRow = row_index(kRows, "fp4_dequant_cublas");
+static_assert(kDequantRow == kNumRows - 1, "the dequantize row is forced only: past the fallback");
 static_assert(kRows[kNumRows - 1].info.max_m == kUnboundedM, "the last row must take any M");
 
 }  // namespace
@@ -303,6 +334,8 @@ Packing layer_packing(int cc, int64_t n, int64_t k) {
 }
 
 int num_rows() { return kNumRows; }
+
+bool dequantizes(int i) { return i == kDequantRow; }
 
 const TileRow& row(int i) { return kRows[i].info; }
 
