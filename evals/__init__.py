@@ -29,6 +29,7 @@ class Variant:
     quantization: str | None  # the --quantization argument; None lets vLLM read the config
     what: str
     tensor_parallel: int = 1  # GPUs the engine shards the model over (block scales shard with it)
+    env: tuple = ()  # (name, value) pairs set in the variant's worker process only
 
 
 VARIANTS = {
@@ -48,10 +49,14 @@ VARIANTS = {
         Variant("bf16-tp2", "bf16", None,
                 "bf16 at tensor parallel 2 (needs 2 GPUs): what sharding alone moves, the yardstick "
                 "for blockfp8-tp2 against blockfp8", tensor_parallel=2),
+        Variant("blockfp8-sm89", "fp8block", "blockfp8",
+                "block-FP8 checkpoint through this plugin with the SM89 W8A8 GEMM table forced (its rows are "
+                "compiled for sm_90a too): the Ada GEMM's numerics on an H100/H200",
+                env=(("BLOCKFP8_GEMM_TABLE", "sm89"),)),
     )
 }
 
-OWN_VARIANTS = ("bf16", "blockfp8", "bf16-dequant", "blockfp8-tp2", "bf16-tp2")
+OWN_VARIANTS = ("bf16", "blockfp8", "bf16-dequant", "blockfp8-tp2", "bf16-tp2", "blockfp8-sm89")
 
 # vLLM settings shared by every variant (the offline bundle runs TRITON_ATTN on the H200).
 ATTENTION_BACKEND = os.environ.get("BLOCKFP8_EVAL_ATTN", "TRITON_ATTN")
@@ -67,10 +72,11 @@ def llm_kwargs(model: str, quantization: str | None, *, gpu_mem: float, eager: b
     return kw
 
 
-def run_worker(args: list[str], log: Path, timeout_s: float) -> tuple[int, float]:
-    """Run ``python -m <args>`` with a wall-clock cap; (returncode, seconds). 124 on timeout."""
+def run_worker(args: list[str], log: Path, timeout_s: float, env_extra: tuple = ()) -> tuple[int, float]:
+    """Run ``python -m <args>`` with a wall-clock cap (``env_extra``: (name, value) pairs added to its environment);
+    (returncode, seconds). 124 on timeout."""
     t0 = time.time()
-    env = dict(os.environ)
+    env = dict(os.environ, **dict(env_extra))
     env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # FlashInfer is not in the offline bundle
     # Accuracy runs do not need DeepGEMM's start-up JIT of every M bucket (vLLM's block-FP8 path
     # on Hopper); kernels still compile on first use, only for the shapes these runs meet.

@@ -16,11 +16,16 @@ continuation. Metrics against bf16, over all positions:
 * ``top1``: argmax agreement; ``next_top1``: the same at the next-token position only.
 * ``greedy_same``: share of prompts whose 32 greedy tokens are identical; ``greedy_prefix``: mean
   share of tokens before the first divergence; ``greedy_tok``: position-wise agreement.
+* ``kl_se``, ``top1_se``: standard errors of the means, prompts as clusters (positions of one prompt are not
+  independent). ``--paired A:B`` compares two variants on the same positions: the mean of KL(ref||A) - KL(ref||B)
+  and its standard error, "equal" when within 2 of them.
 
 usage (repo root, after ``. /tmp/vk_tools/env.sh``):
   python -m evals.fidelity --bf16 /tmp/smollm2 --fp8block /tmp/smollm2-fp8 --out $OUT/fidelity
   python -m evals.fidelity --bf16 B --fp8block F --out O --variants blockfp8,blockfp8-tp2 \
       --reference blockfp8                      # tensor parallel 2 against 1 (two GPUs)
+  python -m evals.fidelity ... --variants bf16,blockfp8,blockfp8-sm89 --paired blockfp8-sm89:blockfp8
+                                                # the SM89 GEMM table against the SM90 one, paired
   python -m evals.fidelity --self-test          # the KL math on synthetic distributions, CPU only
 """
 
@@ -115,23 +120,61 @@ def argmax(d: dict[int, float]) -> int:
     return max(d.items(), key=lambda t: t[1])[0]
 
 
+def clustered_mean(groups: list[list[float]]) -> tuple[float, float]:
+    """(mean over every value, its standard error) where values come in correlated groups (the positions of one
+    prompt): the cluster-robust estimate sqrt(sum_g (sum_{i in g} (x_i - mean))^2) / N, which needs no independence
+    inside a group. NaN without values; 0 error with a single group is not claimed (NaN)."""
+    n = sum(len(g) for g in groups)
+    if n == 0:
+        return float("nan"), float("nan")
+    mean = sum(sum(g) for g in groups) / n
+    if len([g for g in groups if g]) < 2:
+        return mean, float("nan")
+    return mean, math.sqrt(sum(sum(x - mean for x in g) ** 2 for g in groups)) / n
+
+
+def position_kls(ref: dict, var: dict, k: int) -> list[list[float]]:
+    """KL(ref || var) at every position, one list per prompt (prompts whose tokens differ are left out)."""
+    out = []
+    for r, v in zip(ref["prompts"], var["prompts"]):
+        if r["prompt_ids"] != v["prompt_ids"]:
+            continue
+        out.append([partition_kl({int(t): lp for t, lp in pr}, {int(t): lp for t, lp in pv}, k)[0]
+                    for pr, pv in zip(r["positions"], v["positions"])])
+    return out
+
+
+def paired(ref: dict, a: dict, b: dict, k: int) -> dict:
+    """Variant a against variant b, both against the reference on the same positions: the mean per-position
+    difference KL(ref || a) - KL(ref || b) and its cluster-robust standard error; ``equal`` when |difference| <= 2
+    standard errors (#48's test for the SM89 table against the SM90 one)."""
+    ka, kb = position_kls(ref, a, k), position_kls(ref, b, k)
+    diff, se = clustered_mean([[x - y for x, y in zip(ga, gb)] for ga, gb in zip(ka, kb)])
+    return {"kl_diff": diff, "kl_diff_se": se, "equal": bool(abs(diff) <= 2 * se)}
+
+
 def compare(ref: dict, var: dict, k: int) -> dict:
     """Metrics of one variant's recorded outputs against the reference's."""
     kls, top1, next_top1, missing, n_top = [], [], [], 0, 0
     same, prefix, tok_agree, token_mismatch = [], [], [], 0
+    kl_groups, top1_groups = [], []
     for r, v in zip(ref["prompts"], var["prompts"]):
         if r["prompt_ids"] != v["prompt_ids"]:
             token_mismatch += 1
             continue
+        kl_groups.append([])
+        top1_groups.append([])
         for i, (pr, pv) in enumerate(zip(r["positions"], v["positions"])):
             p = {int(t): lp for t, lp in pr}
             q = {int(t): lp for t, lp in pv}
             kl, miss = partition_kl(p, q, k)
             kls.append(kl)
+            kl_groups[-1].append(kl)
             missing += miss
             n_top += min(k, len(p))
             agree = argmax(p) == argmax(q)
             top1.append(agree)
+            top1_groups[-1].append(float(agree))
             if i == len(r["positions"]) - 1:
                 next_top1.append(agree)
         a, b = r["greedy"], v["greedy"]
@@ -147,6 +190,8 @@ def compare(ref: dict, var: dict, k: int) -> dict:
     return {
         "positions": len(kls),
         "kl_mean": mean(kls),
+        "kl_se": clustered_mean(kl_groups)[1],  # standard error of kl_mean, prompts as clusters
+        "top1_se": clustered_mean(top1_groups)[1],
         "kl_p50": kls[len(kls) // 2] if kls else float("nan"),
         "kl_p99": kls[min(len(kls) - 1, int(0.99 * len(kls)))] if kls else float("nan"),
         "kl_max": kls[-1] if kls else float("nan"),
@@ -304,6 +349,9 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile + CUDA graphs (default: eager, for start-up time)")
     ap.add_argument("--timeout-s", type=float, default=300, help="cap per variant")
+    ap.add_argument("--paired", action="append", default=[], type=lambda v: tuple(v.split(":", 1)),
+                    metavar="A:B", help="also compare variant A with variant B position by position (their KL to the "
+                                        "reference; equal within 2 standard errors?); repeatable")
     ap.add_argument("--self-test", action="store_true")
     ap.add_argument("--worker", dest="variant", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -321,6 +369,9 @@ def main() -> int:
     if unknown or a.reference not in names:
         ap.error(f"unknown variants {unknown} (known {list(VARIANTS)}); the reference "
                  f"{a.reference!r} must be one of them")
+    bad_pairs = [":".join(p) for p in a.paired if len(p) != 2 or not set(p) <= set(names) - {a.reference}]
+    if bad_pairs:
+        ap.error(f"--paired {bad_pairs}: name two of --variants other than the reference, as A:B")
     a.out.mkdir(parents=True, exist_ok=True)
     status = {}
     needs_fp8 = any(VARIANTS[n].checkpoint in ("fp8block", "dequant") for n in names)
@@ -345,7 +396,7 @@ def main() -> int:
                 "--worker-out", str(js), "--topk", str(a.topk), "--gpu-mem", str(a.gpu_mem)]
         args += ["--quantization", v.quantization] if v.quantization else []
         args += ["--compile"] if a.compile else []
-        rc, secs = run_worker(args, log, a.timeout_s)
+        rc, secs = run_worker(args, log, a.timeout_s, v.env)
         rec, status[name] = collect(rc, js, log, secs, name)
         if rec is not None:
             recorded[name] = rec
@@ -356,12 +407,23 @@ def main() -> int:
         if name in recorded and a.reference in recorded and name != a.reference:
             row.update(compare(recorded[a.reference], recorded[name], a.topk))
         rows.append(row)
+    pairs = []
+    for spec in a.paired:
+        x, y = spec
+        if a.reference in recorded and x in recorded and y in recorded:
+            pairs.append({"a": x, "b": y, **paired(recorded[a.reference], recorded[x], recorded[y], a.topk)})
+        else:
+            pairs.append({"a": x, "b": y, "status": "not recorded"})
     summary = {"bf16": str(a.bf16), "fp8block": str(a.fp8block), "reference": a.reference, "topk": a.topk,
-               "compile": a.compile, "prompts": len(PROMPTS), "status": status, "rows": rows}
+               "compile": a.compile, "prompts": len(PROMPTS), "status": status, "rows": rows, "paired": pairs}
     (a.out / "fidelity.json").write_text(json.dumps(summary, indent=2))
-    cols = ["variant", "kl_mean", "kl_p99", "kl_max", "top1", "next_top1", "miss",
+    cols = ["variant", "kl_mean", "kl_se", "kl_p99", "kl_max", "top1", "top1_se", "next_top1", "miss",
             "greedy_same", "greedy_prefix", "greedy_tok", "status"]
     table = markdown_table(rows, cols)
+    for pr in pairs:
+        table += (f"\n\n{pr['a']} vs {pr['b']}: " + (pr["status"] if "status" in pr else
+                  f"KL difference {pr['kl_diff']:.3g} +- {pr['kl_diff_se']:.2g} (standard error, prompts as "
+                  f"clusters): {'equal within 2 standard errors' if pr['equal'] else 'DIFFERENT'}"))
     (a.out / "results.md").write_text(table + "\n")
     print(f"\nFIDELITY vs {a.reference} ({a.bf16.name}, {len(PROMPTS)} prompts, top-{a.topk})")
     print(table)

@@ -8,6 +8,7 @@ showed up only as "Engine core initialization failed" at the tail of the log.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,69 @@ def test_tensor_parallel_variant_is_ours_and_shards_the_engine():
     base = VARIANTS["bf16-tp2"]
     assert (base.checkpoint, base.quantization, base.tensor_parallel) == ("bf16", None, 2)
     assert "bf16-tp2" in OWN_VARIANTS
+
+
+def test_clustered_standard_error():
+    from evals.fidelity import clustered_mean
+
+    mean, se = clustered_mean([[1.0, 1.0], [3.0, 3.0]])
+    assert mean == 2.0 and abs(se - 8 ** 0.5 / 4) < 1e-12  # two clusters of two, each 1 from the mean
+    # Values repeated inside a cluster are not more evidence: the same two clusters, 5 values each.
+    assert abs(clustered_mean([[1.0] * 5, [3.0] * 5])[1] - se) < 1e-12
+    assert clustered_mean([[1.0, 2.0]])[1] != clustered_mean([[1.0, 2.0]])[1]  # one cluster: NaN, no claim
+    assert clustered_mean([])[0] != clustered_mean([])[0]
+
+
+def _record(dists):
+    """A worker record: one prompt per entry of dists, each a list of {token: log-prob} positions."""
+    return {"prompts": [{"prompt_ids": [i], "greedy": [0], "positions": [[[t, lp] for t, lp in d.items()] for d in ps]}
+                        for i, ps in enumerate(dists)]}
+
+
+def test_paired_comparison_tells_equal_from_different():
+    import math
+
+    from evals.fidelity import compare, paired
+
+    def dist(p0):
+        return {0: math.log(p0), 1: math.log(1 - p0)}
+
+    ref = _record([[dist(0.7), dist(0.6)], [dist(0.8), dist(0.55)], [dist(0.65), dist(0.75)]])
+    same = paired(ref, ref, ref, 2)
+    assert same["kl_diff"] == 0 and same["equal"]
+    shifted = _record([[dist(0.5), dist(0.4)], [dist(0.6), dist(0.35)], [dist(0.45), dist(0.55)]])
+    worse = paired(ref, shifted, ref, 2)
+    assert worse["kl_diff"] > 0 and not worse["equal"], worse  # every position moved the same way
+    row = compare(ref, shifted, 2)
+    assert row["kl_se"] > 0 and row["top1"] <= 1 and row["top1_se"] == row["top1_se"]
+
+
+def test_sm89_variant_runs_our_path_with_the_sm89_table(monkeypatch, tmp_path):
+    import evals
+    from evals import OWN_VARIANTS, VARIANTS
+
+    v = VARIANTS["blockfp8-sm89"]
+    assert (v.checkpoint, v.quantization, dict(v.env)) == ("fp8block", "blockfp8", {"BLOCKFP8_GEMM_TABLE": "sm89"})
+    assert "blockfp8-sm89" in OWN_VARIANTS
+    seen = {}
+
+    class FakePopen:
+        def __init__(self, cmd, env, **kw):
+            seen.update(env)
+            self.pid = 0
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(evals.subprocess, "Popen", FakePopen)
+    monkeypatch.delenv("BLOCKFP8_GEMM_TABLE", raising=False)
+    assert evals.run_worker(["x"], tmp_path / "log", 5, v.env)[0] == 0
+    assert seen["BLOCKFP8_GEMM_TABLE"] == "sm89"  # the worker's environment only, not the driver's
+    assert "BLOCKFP8_GEMM_TABLE" not in os.environ
+
+
+def test_paired_needs_two_recorded_variants(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    common = ["--bf16", str(tmp_path / "b"), "--fp8block", str(tmp_path / "f"), "--out", str(tmp_path / "o")]
+    r = _fidelity(*common, "--variants", "bf16,blockfp8", "--paired", "blockfp8-sm89:blockfp8", cwd=root)
+    assert r.returncode == 2 and "--paired ['blockfp8-sm89:blockfp8']" in r.stderr, r.stderr

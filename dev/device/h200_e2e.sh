@@ -12,7 +12,9 @@
 #                       makers' cap is CAP_prep)
 #   demo           300  python -m vllm_blockfp8 demo
 #   serve_smoke    300  vk_tools/serve_smoke.py on a 4-layer Qwen3-8B-shaped block-FP8 checkpoint
-#   fidelity       420  evals.fidelity on SmolLM2-135M (needs the SmolLM2 archive unpacked)
+#   fidelity       420  evals.fidelity on SmolLM2-135M (needs the SmolLM2 archive unpacked); FIDELITY_ARGS adds
+#                       arguments, e.g. "--variants bf16,blockfp8,blockfp8-sm89 --paired blockfp8-sm89:blockfp8"
+#                       (the SM89 GEMM table against the SM90 one)
 #   fidelity_q3    420  evals.fidelity on the 4-layer Qwen3-8B-shaped random model
 #   lm_eval        420  evals.run_lm_eval on SmolLM2-135M (needs lm-eval: .whl/lmeval/*.whl)
 #   tp2            420  the serve smoke test at tensor parallel 2 (`vllm serve -tp 2`), then
@@ -276,7 +278,7 @@ for stage in "$@"; do
         "$Q3S/fp8block" --attention-backend TRITON_ATTN --quantization blockfp8 ;;
     fidelity)
       need_smol && step fidelity "$(cap fidelity 420)" "$PY" -m evals.fidelity --bf16 "$SMOL" \
-        --fp8block "$SMOL_FP8" --out "$E2E/fidelity-smollm2" --timeout-s 150 \
+        --fp8block "$SMOL_FP8" --out "$E2E/fidelity-smollm2" --timeout-s 150 ${FIDELITY_ARGS:-} \
         || [ -f "$SMOL/config.json" ] || missing fidelity "no SmolLM2 (fidelity_q3 runs without it)" ;;
     fidelity_q3)
       need_q3 "$Q3S" 4 && step fidelity_q3 "$(cap fidelity_q3 420)" "$PY" -m evals.fidelity \
