@@ -25,7 +25,7 @@ from pathlib import Path
 @dataclass(frozen=True)
 class Variant:
     name: str
-    checkpoint: str  # "bf16", "fp8block" or "dequant": which directory the variant loads
+    checkpoint: str  # "bf16", "fp8block", "nvfp4" or "dequant": which directory the variant loads
     quantization: str | None  # the --quantization argument; None lets vLLM read the config
     what: str
     tensor_parallel: int = 1  # GPUs the engine shards the model over (block scales shard with it)
@@ -49,6 +49,9 @@ VARIANTS = {
         Variant("bf16-tp2", "bf16", None,
                 "bf16 at tensor parallel 2 (needs 2 GPUs): what sharding alone moves, the yardstick "
                 "for blockfp8-tp2 against blockfp8", tensor_parallel=2),
+        Variant("blockfp8-nvfp4", "nvfp4", "blockfp8", "ModelOpt NVFP4 checkpoint through this plugin"),
+        Variant("vllm-nvfp4", "nvfp4", None,
+                "ModelOpt NVFP4 checkpoint through vLLM's own path (Marlin W4A16 on Hopper and Ada)"),
         Variant("blockfp8-sm89", "fp8block", "blockfp8",
                 "block-FP8 checkpoint through this plugin with the SM89 W8A8 GEMM table forced (its rows are "
                 "compiled for sm_90a too): the Ada GEMM's numerics on an H100/H200",
@@ -56,7 +59,7 @@ VARIANTS = {
     )
 }
 
-OWN_VARIANTS = ("bf16", "blockfp8", "bf16-dequant", "blockfp8-tp2", "bf16-tp2", "blockfp8-sm89")
+OWN_VARIANTS = ("bf16", "blockfp8", "bf16-dequant", "blockfp8-tp2", "bf16-tp2", "blockfp8-sm89", "blockfp8-nvfp4")
 
 # vLLM settings shared by every variant (the offline bundle runs TRITON_ATTN on the H200).
 ATTENTION_BACKEND = os.environ.get("BLOCKFP8_EVAL_ATTN", "TRITON_ATTN")

@@ -26,6 +26,8 @@ usage (repo root, after ``. /tmp/vk_tools/env.sh``):
       --reference blockfp8                      # tensor parallel 2 against 1 (two GPUs)
   python -m evals.fidelity ... --variants bf16,blockfp8,blockfp8-sm89 --paired blockfp8-sm89:blockfp8
                                                 # the SM89 GEMM table against the SM90 one, paired
+  python -m evals.fidelity ... --variants bf16,blockfp8-nvfp4,vllm-nvfp4 --paired blockfp8-nvfp4:vllm-nvfp4
+                                                # NVFP4: ours against vLLM's Marlin on one checkpoint
   python -m evals.fidelity --self-test          # the KL math on synthetic distributions, CPU only
 """
 
@@ -286,12 +288,11 @@ def make_dequant(fp8_dir: Path, out: Path) -> None:
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
 
 
-def ensure_fp8block(bf16: Path, fp8: Path, log: Path) -> None:
-    """Quantize with the project's own tool when the block-FP8 checkpoint is not there yet."""
-    if (fp8 / "config.json").exists():
+def ensure_quantized(bf16: Path, out: Path, log: Path, fmt: str = "fp8-block") -> None:
+    """Quantize with the project's own tool (``fmt``: fp8-block or nvfp4) when the checkpoint is not there yet."""
+    if (out / "config.json").exists():
         return
-    cmd = [sys.executable, "-m", "vllm_blockfp8", "quantize", str(bf16), str(fp8),
-           "--format", "fp8-block"]
+    cmd = [sys.executable, "-m", "vllm_blockfp8", "quantize", str(bf16), str(out), "--format", fmt]
     with open(log, "w") as f:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True, timeout=600)
 
@@ -339,6 +340,9 @@ def main() -> int:
     ap.add_argument("--fp8block", type=Path,
                     help="block-FP8 checkpoint; made with `python -m vllm_blockfp8 quantize` "
                          "from --bf16 when it does not exist")
+    ap.add_argument("--nvfp4", type=Path,
+                    help="ModelOpt NVFP4 checkpoint for the *-nvfp4 variants, made from --bf16 when missing "
+                         "(default: the --fp8block path + '-nvfp4')")
     ap.add_argument("--out", type=Path, help="output directory (JSON, logs, results.md)")
     ap.add_argument("--variants", default="bf16,blockfp8,vllm-fp8-block,vllm-fp8-dyn,bf16-dequant")
     ap.add_argument("--reference", default="bf16",
@@ -377,10 +381,16 @@ def main() -> int:
     needs_fp8 = any(VARIANTS[n].checkpoint in ("fp8block", "dequant") for n in names)
     if needs_fp8:
         try:
-            ensure_fp8block(a.bf16, a.fp8block, a.out / "quantize.log")
+            ensure_quantized(a.bf16, a.fp8block, a.out / "quantize.log")
         except (subprocess.SubprocessError, OSError) as e:
             status["quantize"] = f"failed: {e}; {tail(a.out / 'quantize.log')}"
-    dirs = {"bf16": a.bf16, "fp8block": a.fp8block, "dequant": a.out / "dequant-ckpt"}
+    nvfp4 = a.nvfp4 or a.fp8block.with_name(a.fp8block.name + "-nvfp4")
+    if any(VARIANTS[n].checkpoint == "nvfp4" for n in names):
+        try:
+            ensure_quantized(a.bf16, nvfp4, a.out / "quantize-nvfp4.log", "nvfp4")
+        except (subprocess.SubprocessError, OSError) as e:
+            status["quantize-nvfp4"] = f"failed: {e}; {tail(a.out / 'quantize-nvfp4.log')}"
+    dirs = {"bf16": a.bf16, "fp8block": a.fp8block, "nvfp4": nvfp4, "dequant": a.out / "dequant-ckpt"}
     if "bf16-dequant" in names and "quantize" not in status:
         try:
             make_dequant(a.fp8block, dirs["dequant"])
@@ -389,7 +399,8 @@ def main() -> int:
     recorded = {}
     for name in names:
         v = VARIANTS[name]
-        if name in status or (v.checkpoint != "bf16" and "quantize" in status):
+        if name in status or (v.checkpoint in ("fp8block", "dequant") and "quantize" in status) or \
+                (v.checkpoint == "nvfp4" and "quantize-nvfp4" in status):
             continue
         js, log = a.out / f"{name}.json", a.out / f"{name}.log"
         args = ["evals.fidelity", "--worker", name, "--model", str(dirs[v.checkpoint]),
@@ -428,7 +439,7 @@ def main() -> int:
     print(f"\nFIDELITY vs {a.reference} ({a.bf16.name}, {len(PROMPTS)} prompts, top-{a.topk})")
     print(table)
     ok = all(s.startswith("ok") for n, s in status.items() if n in OWN_VARIANTS)
-    return 0 if ok and "quantize" not in status else 1
+    return 0 if ok and "quantize" not in status and "quantize-nvfp4" not in status else 1
 
 
 if __name__ == "__main__":

@@ -109,11 +109,11 @@ def main() -> int:
     if not (a.bf16 and a.fp8block and a.out):
         ap.error("--bf16, --fp8block and --out are required")
     names = [v for v in a.variants.split(",") if v]
-    unknown = [v for v in names if v not in VARIANTS or VARIANTS[v].checkpoint == "dequant"]
-    if unknown:
-        ap.error(f"unknown variants {unknown}")
-    a.out.mkdir(parents=True, exist_ok=True)
     dirs = {"bf16": a.bf16, "fp8block": a.fp8block}
+    unknown = [v for v in names if v not in VARIANTS or VARIANTS[v].checkpoint not in dirs]
+    if unknown:
+        ap.error(f"unknown variants {unknown} (this driver runs the bf16 and block-FP8 checkpoints)")
+    a.out.mkdir(parents=True, exist_ok=True)
     recs, status = {}, {}
     for name in names:
         v = VARIANTS[name]
@@ -123,7 +123,7 @@ def main() -> int:
         args += ["--quantization", v.quantization] if v.quantization else []
         args += ["--limit", str(a.limit)] if a.limit else []
         args += ["--compile"] if a.compile else []
-        rc, secs = run_worker(args, log, a.timeout_s)
+        rc, secs = run_worker(args, log, a.timeout_s, v.env)
         rec, status[name] = collect(rc, js, log, secs, name)
         if rec is not None:
             recs[name] = rec

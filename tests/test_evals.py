@@ -180,3 +180,19 @@ def test_paired_needs_two_recorded_variants(tmp_path):
     common = ["--bf16", str(tmp_path / "b"), "--fp8block", str(tmp_path / "f"), "--out", str(tmp_path / "o")]
     r = _fidelity(*common, "--variants", "bf16,blockfp8", "--paired", "blockfp8-sm89:blockfp8", cwd=root)
     assert r.returncode == 2 and "--paired ['blockfp8-sm89:blockfp8']" in r.stderr, r.stderr
+
+
+def test_nvfp4_variants_load_one_nvfp4_checkpoint_ours_and_vllms():
+    from evals import OWN_VARIANTS, VARIANTS
+
+    ours, theirs = VARIANTS["blockfp8-nvfp4"], VARIANTS["vllm-nvfp4"]
+    assert (ours.checkpoint, ours.quantization) == ("nvfp4", "blockfp8") and "blockfp8-nvfp4" in OWN_VARIANTS
+    assert (theirs.checkpoint, theirs.quantization) == ("nvfp4", None) and "vllm-nvfp4" not in OWN_VARIANTS
+
+
+def test_lm_eval_refuses_variants_of_checkpoints_it_does_not_make(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "evals.run_lm_eval", "--bf16", str(tmp_path), "--fp8block",
+                        str(tmp_path), "--out", str(tmp_path / "o"), "--variants", "bf16,blockfp8-nvfp4"],
+                       cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown variants ['blockfp8-nvfp4']" in r.stderr, r.stderr
