@@ -14,7 +14,8 @@
 #   serve_smoke    300  vk_tools/serve_smoke.py on a 4-layer Qwen3-8B-shaped block-FP8 checkpoint
 #   fidelity       420  evals.fidelity on SmolLM2-135M (needs the SmolLM2 archive unpacked); FIDELITY_ARGS adds
 #                       arguments, e.g. "--variants bf16,blockfp8,blockfp8-sm89 --paired blockfp8-sm89:blockfp8"
-#                       (the SM89 GEMM table against the SM90 one)
+#                       (the SM89 GEMM table against the SM90 one; fidelity_q3 takes it too, e.g.
+#                       "--variants bf16,blockfp8-nvfp4,vllm-nvfp4 --paired blockfp8-nvfp4:vllm-nvfp4")
 #   fidelity_q3    420  evals.fidelity on the 4-layer Qwen3-8B-shaped random model
 #   lm_eval        420  evals.run_lm_eval on SmolLM2-135M (needs lm-eval: .whl/lmeval/*.whl)
 #   tp2            420  the serve smoke test at tensor parallel 2 (`vllm serve -tp 2`), then
@@ -282,7 +283,7 @@ for stage in "$@"; do
         || [ -f "$SMOL/config.json" ] || missing fidelity "no SmolLM2 (fidelity_q3 runs without it)" ;;
     fidelity_q3)
       need_q3 "$Q3S" 4 && step fidelity_q3 "$(cap fidelity_q3 420)" "$PY" -m evals.fidelity \
-        --bf16 "$Q3S/bf16" --fp8block "$Q3S/fp8block" --out "$E2E/fidelity-q3" --timeout-s 200 ;;
+        --bf16 "$Q3S/bf16" --fp8block "$Q3S/fp8block" --out "$E2E/fidelity-q3" --timeout-s 200 ${FIDELITY_ARGS:-} ;;
     tp2)  # tensor parallel 2 against 1, same checkpoint, through the plugin's loaders (2 GPUs)
       if [ "$(nvidia-smi -L 2>/dev/null | grep -c GPU)" -lt 2 ]; then
         missing tp2 "needs two GPUs (the nvidia-h200-x2 machine)"
