@@ -158,16 +158,6 @@ def plan_points(doc: dict, entries: list, fmt: str, set_shapes: list, ms: list, 
 # --------------------------------------------------------------------------------------------
 
 
-def with_table(apply, table: list, operands, call):
-    """A harness factory whose variant runs under ``table``: prepare_graph calls factory(0) first, before any of the
-    variant's eager calls and its capture, and captures the variant whole before the next variant's factory runs."""
-    def factory(i):
-        if i == 0:
-            apply(table)
-        return lambda o=operands[i]: call(o)
-    return factory
-
-
 def run_points(runner: harness.Runner, points: list, fmt: str, entries: list, ops, *, device: str = "cuda",
                max_copies: int = harness.MAX_COPIES) -> None:
     """Time every point's three variants on the harness (runner.point: capture all, replay in turns)."""
@@ -204,8 +194,11 @@ def run_points(runner: harness.Runner, points: list, fmt: str, entries: list, op
                 else:
                     operands = peers.LazyCopies(lambda i, x=x: peers.Operands(x[0], *weights[i]))
                     check = peers.Checker(operands).linear("w8a8", "weight_only")
+                def make(i, operands=operands):
+                    return lambda o=operands[i]: call(o)
+
                 variants = [harness.Variant(impl, row=p.row(impl), strict=False, check=check,
-                                            factory=with_table(ops.set_tuned_rows, tables[impl], operands, call))
+                                            factory=harness.under_table(ops.set_tuned_rows, tables[impl], make))
                             for impl in ORDER]
                 floor = harness.linear_floor(runner.report.ceilings, p.m, n, k, weight="nvfp4" if fp4 else "fp8")
                 runner.point(op=op, shape=p.shape, m=p.m, n=n, k=k, floor=floor, copies=copies, variants=variants)

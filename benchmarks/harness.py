@@ -28,7 +28,7 @@ from vllm_blockfp8 import reference, shapes
 from vllm_blockfp8.tools.harness import (MAX_COPIES, MIN_REPLAYS,  # noqa: F401 (re-exported)
                                          MIN_ROTATION_BYTES, WARMUP_REPLAYS, PreparedGraph,
                                          Timing, WrongResult, copies_for, first_line,
-                                         prepare_graph, time_graph, time_prepared)
+                                         prepare_graph, time_graph, time_prepared, under_table)
 
 from . import held_out_shapes
 from .report import PUBLISHED_CEILINGS, Ceilings, Record, Report  # noqa: F401 (re-exported)

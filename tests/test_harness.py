@@ -461,3 +461,13 @@ def test_merge_bench_fills_missing_points_and_replaces_only_on_request():
     assert got[("x", 32, "ours")] == 5.0 and got[("y", 32, "ours")] == 2.0 and len(got) == 6
     assert swapped["header"]["replaced"] == [["gemm", "x", 32]]
     assert [h["run"] for h in swapped["header"]["continued_by"]] == ["b", "c"]
+
+
+def test_under_table_applies_the_table_once_before_the_variants_first_callable():
+    from vllm_blockfp8.tools.harness import under_table
+
+    applied, made = [], []
+    factory = under_table(applied.append, ["entry"], lambda i: made.append(i) or (lambda: i))
+    assert applied == [] and made == []  # nothing happens until prepare_graph asks
+    fns = [factory(i) for i in range(3)]
+    assert applied == [["entry"]] and made == [0, 1, 2] and [f() for f in fns] == [0, 1, 2]

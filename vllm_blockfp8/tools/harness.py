@@ -104,6 +104,18 @@ def prepare_graph(fn_factory: Callable[[int], Callable[[], object]], copies: int
         return PreparedGraph(run, copies, "eager", (fns,))
 
 
+def under_table(apply: Callable[[list], None], table: list,
+                make: Callable[[int], Callable[[], object]]) -> Callable[[int], Callable[[], object]]:
+    """A prepare_graph factory whose variant runs under a tuned table: ``apply(table)`` (ops.set_tuned_rows) when
+    prepare_graph asks for callable 0, which is before any of the variant's eager calls and its capture; the op
+    picks its row at capture, and prepare_graph captures one variant whole before the next one's factory runs."""
+    def factory(i: int) -> Callable[[], object]:
+        if i == 0:
+            apply(table)
+        return make(i)
+    return factory
+
+
 def time_prepared(graphs: Sequence[PreparedGraph], *, replays: int = MIN_REPLAYS,
                   warmup: int = WARMUP_REPLAYS) -> list[Timing]:
     """Per-call microseconds of each prepared graph, their replays interleaved round by round

@@ -140,12 +140,8 @@ def gpu_timer(family: str, rows: list, m: int, n: int, k: int) -> dict:
         if fp4:
             return lambda i: (lambda c=weights[i]: ops.nvfp4_linear(x, c[0], c[1], c[2], row=row, packing=packing))
         table = [dict(family=family, n=n, k=k, m_min=m, m_max=m, row=row)] if row else []
-
-        def make(i):
-            if i == 0:  # prepare_graph builds a variant's callables first and captures it whole before the next
-                ops.set_tuned_rows(table)
-            return lambda c=weights[i]: ops.blockfp8_linear(x, c[0], c[1])
-        return make
+        return harness.under_table(ops.set_tuned_rows, table,
+                                   lambda i: (lambda c=weights[i]: ops.blockfp8_linear(x, c[0], c[1])))
 
     labels = [""] + list(rows)
     try:
