@@ -19,7 +19,7 @@
 // out          x's dtype [m, n], row stride out_stride elements. Written in full, never read.
 // Every kernel row computes e2m1 * e4m3 * 2^-7 exactly in x's 16-bit type (<= 7 significant bits, in the
 // normal range), multiplies it by x in fp32 (exact), accumulates in fp32 and applies
-// global_scale * 2^7 once per output. The forced-only dequantize row (dequantizes()) instead rounds each weight
+// global_scale * 2^7 once per output. The dequantize row (dequantizes(); large M on SM90) instead rounds each weight
 // times its global scale to 16 bits and leaves the product to cuBLAS (then adds the bias). Activations are never
 // quantized (the checkpoint's input_scale is for W4A4 kernels and unused here).
 //

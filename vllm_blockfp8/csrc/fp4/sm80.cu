@@ -227,6 +227,10 @@ const char* dequant_rejects(const Problem& p) {
 
 size_t dequant_workspace(const Problem& p) { return size_t(p.n) * size_t(p.k) * 2; }
 
+// The M from which the table dequantizes instead of running the wgmma rows: the dequantize pass costs about a 2-byte
+// write per weight, so its share of the time falls as 1 / M (fp4/NOTES.md has the measured crossover).
+constexpr int64_t kDequantMinM = 1024;
+
 cudaError_t launch_dequant(const Problem& p, cudaStream_t s) {
   const int64_t blocks = (p.n / kFragRows) * (p.k / kFragK);
   const dim3 grid(unsigned((blocks + kDequantWarps - 1) / kDequantWarps));
@@ -294,10 +298,15 @@ constexpr Fp4Row kRows[] = {
     {{"fp4_wgmma_128x128", 128, "SM90, M = 65..128: 128 x 128 tiles (66 KB, 2 blocks per SM), K split where the "
                                 "tiles leave SMs idle"},
      &wgmma_rejects<128>, &launch_wgmma<128>, &wgmma_workspace<128>},
-    {{"fp4_wgmma_128x256", kUnboundedM, "SM90, large M: 128 x 256 tiles (m64n256k16, 132 KB, 1 block per SM), K "
-                                        "split where the tiles leave SMs idle"},
+    {{"fp4_wgmma_128x256", kDequantMinM - 1, "SM90, M = 129..1023: 128 x 256 tiles (m64n256k16, 132 KB, 1 block "
+                                            "per SM), K split where the tiles leave SMs idle"},
      &wgmma_rejects<256>, &launch_wgmma<256>, &wgmma_workspace<256>},
 #endif
+    // Any arch's build (the kernel is SM80+), but only the fragment packing, which the layer stores on SM90 alone.
+    {{"fp4_dequant_cublas", kUnboundedM, "M >= 1024 on the fragment packing: the weight dequantized once to 16 bits "
+                                         "(n * k * 2.56 bytes of traffic), then cuBLAS at bf16 speed; the product's "
+                                         "2 * M * n * k flops dwarf that traffic (fp4/NOTES.md)"},
+     &dequant_rejects, &launch_dequant, &dequant_workspace},
     {{"fp4_w4a16_64x64", kUnboundedM, "narrow layers (< 24 128-row tiles): 64 x 64 tiles fill more SMs; 2112x7168 at "
                                       "M = 1024 187 us vs 263 for 128 x 128"},
      &w4a16_narrow_rejects, &launch_w4a16<2, 2, 4, 3>, &w4a16_workspace<2, 2, 4, 3>},
@@ -311,15 +320,10 @@ constexpr Fp4Row kRows[] = {
      &w4a16_rejects<4, 2, 4, 2>, &launch_w4a16<4, 2, 4, 2>, &w4a16_workspace<4, 2, 4, 2>},
     {{"fp4_gemv_fma_anym", kUnboundedM, "any valid problem (K % 32 == 0, x 2-byte aligned): the correctness fallback"},
      &accepts_all, &launch_gemv_fma},
-    // Past the fallback: forced only, a candidate for large M until measured against the wgmma rows (fp4/NOTES.md).
-    {{"fp4_dequant_cublas", kUnboundedM, "candidate, forced only: the fragment packing dequantized to 16 bits (n * k "
-                                         "* 2 bytes of workspace), then cuBLAS; large M, where the weight's bytes "
-                                         "are small beside the product"},
-     &dequant_rejects, &launch_dequant, &dequant_workspace},
 };
 constexpr int kNumRows = int(sizeof(kRows) / sizeof(kRows[0]));
 constexpr int kDequantRow = row_index(kRows, "fp4_dequant_cublas");
-static_assert(kDequantRow == kNumRows - 1, "the dequantize row is forced only: past the fallback");
+static_assert(kDequantRow >= 0, "the op asks dequantizes() for this row");
 static_assert(kRows[kNumRows - 1].info.max_m == kUnboundedM, "the last row must take any M");
 
 }  // namespace
