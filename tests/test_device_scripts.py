@@ -58,6 +58,30 @@ def test_a_finished_call_packs_its_own_archive_with_a_summary_row_per_stage(tmp_
     assert "e2e-t/demo.log" in names and not (out / "e2e-t").exists()
 
 
+def test_take_appends_the_smollm2_chunk_each_call_carries_in_order(tmp_path):
+    """One chunk per call, each taken by the call that carries it (`take` runs nothing else); a chunk that arrives
+    before its predecessor is refused; the GGUF gets its name only when whole."""
+    gguf = tmp_path / "model" / "smol.gguf"
+    env = dict(SMOL_GGUF=str(gguf), SMOL_BYTES="5")
+    vs = tmp_path / "tree" / ".vs"
+
+    def call(part: str, data: bytes) -> str:
+        shutil.rmtree(tmp_path / "tree", ignore_errors=True)
+        shutil.rmtree(tmp_path / "out", ignore_errors=True)
+        vs.mkdir(parents=True)
+        (vs / part).write_bytes(data)
+        proc, _ = _start(tmp_path, "exit 0", ["take"], **env)
+        log, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, log
+        return log
+
+    assert "arrived before part 0" in call("smol.part-01", b"de") and not gguf.exists()
+    assert "took smol.part-00 (3 of 5 bytes)" in call("smol.part-00", b"abc") and not gguf.exists()
+    assert "took smol.part-01 (5 of 5 bytes)" in call("smol.part-01", b"de")
+    assert gguf.read_bytes() == b"abcde"
+    assert "took" not in call("smol.part-01", b"de")  # a whole GGUF takes nothing more
+
+
 def test_a_term_during_a_step_still_packs_what_finished_and_marks_the_running_step(tmp_path):
     # The demo step sleeps far past the test: TERM (what an outer `timeout` sends) must stop it,
     # record it and pack, promptly.

