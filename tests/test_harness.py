@@ -195,6 +195,10 @@ def test_shape_and_m_parsing():
     assert bench_quant.k_values("K=4096,7168,qwen3-8b.down", False) == [4096, 7168, 12288]
     assert harness.resolve_shapes("7168x12288") == [shapes.WeightShape("7168x12288", 7168, 12288)]
     assert harness.resolve_shapes("held_out_7") == list(held_out_shapes.HELD_OUT_7)
+    narrow = harness.resolve_shapes("narrow_long_k")
+    assert [(s.n, s.k) for s in narrow] == [(576, 7168), (1024, 7168), (512, 7168), (1536, 4096), (768, 4096),
+                                            (1280, 8192)]
+    assert all(s.n <= 1536 and s.k >= 4096 for s in narrow)
     assert harness.resolve_shapes("gpt2.qkv.2304x768,qwen3-8b.o") == [
         shapes.WeightShape("gpt2.qkv.2304x768", 2304, 768), shapes.by_name("qwen3-8b.o")]
     for bad in ("nope", "7168x", "0x128", "7168x12288x2"):
