@@ -135,15 +135,13 @@ def clustered_mean(groups: list[list[float]]) -> tuple[float, float]:
     return mean, math.sqrt(sum(sum(x - mean for x in g) ** 2 for g in groups)) / n
 
 
-def position_kls(ref: dict, var: dict, k: int) -> list[list[float]]:
-    """KL(ref || var) at every position, one list per prompt (prompts whose tokens differ are left out)."""
-    out = []
-    for r, v in zip(ref["prompts"], var["prompts"]):
-        if r["prompt_ids"] != v["prompt_ids"]:
-            continue
-        out.append([partition_kl({int(t): lp for t, lp in pr}, {int(t): lp for t, lp in pv}, k)[0]
-                    for pr, pv in zip(r["positions"], v["positions"])])
-    return out
+def position_kls(ref: dict, var: dict, k: int) -> list[list[float] | None]:
+    """KL(ref || var) at every position, one entry per prompt in the reference's order: None where the variant's
+    prompt tokens differ, so two variants' lists stay aligned prompt by prompt."""
+    return [None if r["prompt_ids"] != v["prompt_ids"] else
+            [partition_kl({int(t): lp for t, lp in pr}, {int(t): lp for t, lp in pv}, k)[0]
+             for pr, pv in zip(r["positions"], v["positions"])]
+            for r, v in zip(ref["prompts"], var["prompts"])]
 
 
 def paired(ref: dict, a: dict, b: dict, k: int) -> dict:
@@ -151,7 +149,8 @@ def paired(ref: dict, a: dict, b: dict, k: int) -> dict:
     difference KL(ref || a) - KL(ref || b) and its cluster-robust standard error; ``equal`` when |difference| <= 2
     standard errors (#48's test for the SM89 table against the SM90 one)."""
     ka, kb = position_kls(ref, a, k), position_kls(ref, b, k)
-    diff, se = clustered_mean([[x - y for x, y in zip(ga, gb)] for ga, gb in zip(ka, kb)])
+    diff, se = clustered_mean([[x - y for x, y in zip(ga, gb)] for ga, gb in zip(ka, kb)
+                               if ga is not None and gb is not None])  # prompts both variants tokenized as ref
     return {"kl_diff": diff, "kl_diff_se": se, "equal": bool(abs(diff) <= 2 * se)}
 
 

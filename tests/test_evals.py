@@ -147,6 +147,15 @@ def test_paired_comparison_tells_equal_from_different():
     shifted = _record([[dist(0.5), dist(0.4)], [dist(0.6), dist(0.35)], [dist(0.45), dist(0.55)]])
     worse = paired(ref, shifted, ref, 2)
     assert worse["kl_diff"] > 0 and not worse["equal"], worse  # every position moved the same way
+    # A prompt one variant tokenized differently leaves only that prompt out: the others still pair up.
+    retokenized = _record([[dist(0.5), dist(0.4)], [dist(0.6), dist(0.35)], [dist(0.45), dist(0.55)]])
+    retokenized["prompts"][0]["prompt_ids"] = [99]
+    other = _record([[dist(0.9), dist(0.6)], [dist(0.8), dist(0.5)], [dist(0.3), dist(0.75)]])  # differs per prompt
+    skip_first = paired(ref, retokenized, other, 2)
+    tail = paired(_record([[dist(0.8), dist(0.55)], [dist(0.65), dist(0.75)]]),
+                  _record([[dist(0.6), dist(0.35)], [dist(0.45), dist(0.55)]]),
+                  _record([[dist(0.8), dist(0.5)], [dist(0.3), dist(0.75)]]), 2)
+    assert abs(skip_first["kl_diff"] - tail["kl_diff"]) < 1e-12, (skip_first, tail)
     row = compare(ref, shifted, 2)
     assert row["kl_se"] > 0 and row["top1"] <= 1 and row["top1_se"] == row["top1_se"]
 
