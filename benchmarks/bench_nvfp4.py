@@ -2,7 +2,7 @@
 decode to prefill M (issue 40).
 
 ours = ops.nvfp4_linear on the weight as our layer holds it (ops.nvfp4_layer_weight: the fragment packing on
-SM90, the paired one elsewhere; one global scale per row; the row it selects is shown); --rows adds every row of the nvfp4 tile table forced
+SM90, the paired one elsewhere; one global scale per row; the row it selects is shown); --rows adds every row of the nvfp4 tile table (or the named ones) forced
 through nvfp4_linear(..., row=i).
 Peers, all on the same packed E2M1 codes, E4M3 scales and global scale, every repack and
 dequantization outside the timed call: marlin_fp4, vLLM's apply_fp4_marlin_linear on
@@ -15,6 +15,7 @@ weight="nvfp4"). First outputs are checked against reference.nvfp4_linear_ref (p
 
   python -m benchmarks.bench_nvfp4                       # 15 shapes, M = 1..256 and 1024..8192
   python -m benchmarks.bench_nvfp4 --quick --rows --m 1,16,4096
+  python -m benchmarks.bench_nvfp4 --rows fp4_wgmma_128x256,fp4_dequant_cublas --m 512,1024
   python -m benchmarks.bench_nvfp4 --m 1,2,4,8,16 --peers marlin_fp4 --no-fp8
   python -m benchmarks.bench_nvfp4 --dry-run             # no GPU: fake timings
   blockfp8 bench --op nvfp4                              # the same through the CLI
@@ -26,7 +27,7 @@ import sys
 
 import torch
 
-from vllm_blockfp8 import shapes
+from vllm_blockfp8 import reference, shapes
 from vllm_blockfp8.tools.harness import first_line
 
 from . import harness, peers, peers_fp4
@@ -51,6 +52,10 @@ def our_variants(args, ops, ops_why, copies, checker, m, n, k) -> list[harness.V
         return [harness.Variant("ours", skip=ops_why)]
     dry = args.dry_run
     check = None if dry else checker.linear("w4a16", tol=peers_fp4.FP4_OURS_TOL)
+    # The dequantize row rounds each weight to bf16 (global scale folded in) before cuBLAS, as the bf16 peer's
+    # weight is: held to the peers' tolerance, whether the op picks it or it is forced.
+    dequant = None if dry else checker.linear("w4a16", tol=peers_fp4.FP4_PEER_TOL)
+    selected = "dry" if dry else peers.selected_row(ops, FAMILY, m, n, k)
 
     def call(o, row=None):
         if row is None:  # the call a model makes (and one that needs no row= in the signature)
@@ -58,15 +63,22 @@ def our_variants(args, ops, ops_why, copies, checker, m, n, k) -> list[harness.V
         return ops.nvfp4_linear(o.x, o.w.layer[0], o.w.layer[1], o.w.row_scale, row=row, packing=o.w.layer[2])
 
     out = [harness.Variant(
-        "ours", row="dry" if dry else peers.selected_row(ops, FAMILY, m, n, k), strict=False,
-        check=check, factory=lambda i: (lambda o=copies[i]: call(o)))]
+        "ours", row=selected, strict=False, check=dequant if selected in reference.NVFP4_WEIGHT_ROUNDING_ROWS else check,
+        factory=lambda i: (lambda o=copies[i]: call(o)))]
     if args.rows:
         rows, why = forced_rows(ops, dry)
         if why:
             out.append(harness.Variant("ours@rows", skip=why))
+        wanted = None if args.rows == "all" else set(args.rows.split(","))
+        unknown = sorted(wanted - {r["name"] for r in rows}) if wanted and rows and not dry else []
+        if unknown:
+            raise SystemExit(f"--rows: no row {', '.join(unknown)} in the nvfp4 table: {[r['name'] for r in rows]}")
         for i, r in enumerate(rows):
+            if wanted and not dry and r["name"] not in wanted:
+                continue
             out.append(harness.Variant(
-                f"ours@{r['name']}", row=r["name"], strict=False, check=check,
+                f"ours@{r['name']}", row=r["name"], strict=False,
+                check=dequant if r["name"] in reference.NVFP4_WEIGHT_ROUNDING_ROWS else check,
                 factory=lambda j, i=i: (lambda o=copies[j]: call(o, i))))
     return out
 
@@ -88,7 +100,8 @@ def fp8_variants(args, ops, ops_why, copies, m, n, k) -> list[harness.Variant]:
 
 def main(argv=None) -> int:
     parser = harness.common_parser(__doc__, DEFAULT_M)
-    parser.add_argument("--rows", action="store_true", help="also time every forced nvfp4 row")
+    parser.add_argument("--rows", nargs="?", const="all", default=None, metavar="ROW,...",
+                        help="also time every forced nvfp4 row, or the named ones")
     parser.add_argument("--no-fp8", dest="fp8", action="store_false",
                         help="leave out our FP8 linear on the same weight (yardstick:ours_fp8)")
     args = parser.parse_args(argv)

@@ -100,7 +100,7 @@ def test_dry_run_defaults_write_outside_the_source_tree(tmp_path, monkeypatch):
 
 
 def _args(**kw):
-    return SimpleNamespace(**dict(dict(dry_run=False, rows=True, fp8=True), **kw))
+    return SimpleNamespace(**dict(dict(dry_run=False, rows="all", fp8=True), **kw))
 
 
 def test_forced_rows_come_from_the_nvfp4_table_or_say_why_there_are_none():
@@ -126,6 +126,17 @@ def test_forced_rows_come_from_the_nvfp4_table_or_say_why_there_are_none():
     fp8 = bench_nvfp4.fp8_variants(_args(), None, "extension not built", None, 1, 256, 512)
     assert [(v.impl, v.skip) for v in fp8] == [(bench_nvfp4.FP8, "extension not built")]
     assert bench_nvfp4.fp8_variants(_args(fp8=False), None, "x", None, 1, 256, 512) == []
+
+
+def test_rows_names_pick_forced_rows_and_an_unknown_name_stops_the_run():
+    table = [dict(name="fp4_a", max_m=16, reason="r"), dict(name="fp4_dequant_cublas", max_m=None, reason="r")]
+    ops = SimpleNamespace(tile_table=lambda family: table, selected_row=lambda family, m, n, k: "fp4_dequant_cublas")
+    checker = peers_fp4.Fp4Checker(peers.LazyCopies(lambda i: None))
+    got = bench_nvfp4.our_variants(_args(rows="fp4_dequant_cublas"), ops, None, None, checker, 2048, 256, 512)
+    assert [(v.impl, v.row) for v in got] == [("ours", "fp4_dequant_cublas"),
+                                              ("ours@fp4_dequant_cublas", "fp4_dequant_cublas")]
+    with pytest.raises(SystemExit, match="no row fp4_b in the nvfp4 table"):
+        bench_nvfp4.our_variants(_args(rows="fp4_a,fp4_b"), ops, None, None, checker, 1, 256, 512)
 
 
 # ---- the first-output check (CPU emulations of each implementation's roundings) ----------------

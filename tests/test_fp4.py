@@ -40,6 +40,7 @@ SHAPES = (
     QWEN3,
 )
 ALL_M = (1, 2, 5, 8, 9, 16, 17, 31, 64, 83, 128, 129, 300)
+DEQUANT_ROW = reference.NVFP4_WEIGHT_ROUNDING_ROWS[0]  # dequantize, then cuBLAS: large M on the fragment packing
 FORCED_M = (1, 3, 8, 13, 16, 40, 130)
 
 
@@ -51,6 +52,16 @@ def _table():
 ROW_NAMES = [r["name"] for r in _table()]
 
 
+def _dequant_min_m() -> int:
+    """The M from which the SM90 table dequantizes: one past the last wgmma row's bound (1024 where none is built)."""
+    bounds = [r["max_m"] for r in _table() if r["name"].startswith("fp4_wgmma_")]
+    return max(bounds) + 1 if bounds and None not in bounds else 1024
+
+
+DEQUANT_MIN_M = _dequant_min_m()
+LARGE_M = (DEQUANT_MIN_M - 1, DEQUANT_MIN_M, 2 * DEQUANT_MIN_M)  # each side of the switch to the dequantize row
+
+
 def _row_accepts(name: str, m: int, n: int, k: int, packing: str) -> bool:
     """The rows' preconditions (csrc/fp4/sm80.cu) for 16-byte aligned x and a weight in ``packing``, so a forced row
     is skipped only where it should be: test_rejected_rows_raise checks the op refuses exactly the complement."""
@@ -59,6 +70,8 @@ def _row_accepts(name: str, m: int, n: int, k: int, packing: str) -> bool:
         return False
     if name == "fp4_gemv_fma_anym":
         return True
+    if name == DEQUANT_ROW:
+        return fragment
     if name.startswith("fp4_wgmma_"):  # SM90 only (the sm_90a unit); smem fits the H100/H200; fragment only
         return fragment and torch.cuda.get_device_capability() == (9, 0)
     if k % 128 and not fragment:
@@ -84,6 +97,12 @@ def _row_accepts(name: str, m: int, n: int, k: int, packing: str) -> bool:
 
 def _layer(n: int, k: int) -> str:
     return ops.nvfp4_layer_packing(n, k)
+
+
+def _pick(m: int, n: int, k: int, packing: str) -> str:
+    """The row the op picks for a weight in ``packing``: the first row with max_m >= M that takes the problem."""
+    return next(r["name"] for r in _table()
+                if (r["max_m"] is None or m <= r["max_m"]) and _row_accepts(r["name"], m, n, k, packing))
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,8 +145,10 @@ def _run(x, packed, scale, gs, bias=None, row=None, packing=None) -> torch.Tenso
 
 def _check(x, packed, scale, gs, bias=None, row=None, what="nvfp4", packing=None):
     out = _run(x, packed, scale, gs, bias, row, packing)
-    assert out.dtype == x.dtype and out.shape == (x.shape[0], packed.shape[0])
-    reference.assert_close_to_ref(out, reference.nvfp4_linear_ref(x, packed, scale, gs, bias), what)
+    m, n, k = x.shape[0], packed.shape[0], x.shape[1]
+    assert out.dtype == x.dtype and out.shape == (m, n)
+    ran = row or _pick(m, n, k, packing or _layer(n, k))  # the row's own bound (the dequantize row rounds weights)
+    reference.assert_nvfp4_row_close(out, x, packed, scale, gs, bias, ran, what)
     return out
 
 
@@ -147,14 +168,14 @@ def test_table_rows():
     assert ops.build_info()["families"]["nvfp4"] == "all"
 
 
-@pytest.mark.parametrize("m", ALL_M)
+@pytest.mark.parametrize("m", ALL_M + LARGE_M + (8192,))
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
 def test_selection_follows_table(shape, m):
     """The op picks the first row with max_m >= M whose precondition holds (for the packing the layer passes)."""
-    packing = _layer(shape.n, shape.k)
-    want = next(r["name"] for r in _table()
-                if (r["max_m"] is None or m <= r["max_m"]) and _row_accepts(r["name"], m, shape.n, shape.k, packing))
+    want = _pick(m, shape.n, shape.k, _layer(shape.n, shape.k))
     assert ops.selected_row("nvfp4", m, shape.n, shape.k) == want
+    if torch.cuda.get_device_capability() == (9, 0) and _layer(shape.n, shape.k) == "fragment":
+        assert (want == DEQUANT_ROW) == (m >= DEQUANT_MIN_M), f"M={m}: {want}"  # wgmma below, dequantize above
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,7 +190,16 @@ def test_selected_row(shape, m, dtype):
     _check(_x(m, shape.k, dtype), *_weight(shape.n, shape.k), what=f"{shape.name} M={m}")
 
 
-@pytest.mark.parametrize("m", (1, 16, 17, 129, 300))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("m", LARGE_M)
+@pytest.mark.parametrize("shape", (KV_A, QWEN3), ids=lambda s: s.name)
+def test_selected_row_at_large_m(shape, m, dtype):
+    """Prefill M on each side of the switch to the dequantize row, with a bias (added after cuBLAS's rounding there)."""
+    bias = _x(1, shape.n, dtype, seed=5)[0]
+    _check(_x(m, shape.k, dtype), *_weight(shape.n, shape.k), bias, what=f"{shape.name} M={m}")
+
+
+@pytest.mark.parametrize("m", (1, 16, 17, 129, 300, DEQUANT_MIN_M))
 @pytest.mark.parametrize("shape", (SHAPES[0], QWEN3), ids=lambda s: s.name)
 @pytest.mark.parametrize("packing", ("modelopt", "paired"))
 def test_selected_row_on_row_contiguous_packings(shape, m, packing):
@@ -202,10 +232,10 @@ def test_every_row_runs_on_a_model_shape(row, dtype, packing):
     2112 x 7168 for the narrow-layer row) at an M it takes, in each packing it reads: no row ships unrun. A row
     that does not read the packing is refused before the op, with the reason."""
     models = (shapes.by_name("qwen3-8b.gate_up"), shapes.by_name("dsv3.2112x7168"))
-    refused = (row.startswith("fp4_wgmma_") and packing != "fragment" or
-               row.startswith("fp4_w4a16_") and packing == "fragment")
+    fragment_only = row.startswith("fp4_wgmma_") or row == DEQUANT_ROW
+    refused = (fragment_only and packing != "fragment" or row.startswith("fp4_w4a16_") and packing == "fragment")
     if refused:
-        reads = "fragment packing only" if row.startswith("fp4_wgmma_") else "not the fragment packing"
+        reads = "fragment packing only" if fragment_only else "not the fragment packing"
         with pytest.raises(ValueError, match=f"cannot run .*{reads}"):
             _run(_x(256, models[0].k, dtype), *_weight(models[0].n, models[0].k), row=row, packing=packing)
         return
@@ -337,6 +367,10 @@ def test_row_strided_and_misaligned_x(m, dtype):
         _check(x, *w, what=f"misaligned x {packing}", packing=packing)
         with pytest.raises((RuntimeError, ValueError), match="cannot run"):
             _run(x, *w, row=ROW_NAMES[0], packing=packing)
+    # cuBLAS on an x that is not 16-byte aligned answered 5% off (H200): the dequantize row refuses it.
+    for unaligned in (x4, x):
+        with pytest.raises((RuntimeError, ValueError), match="cannot run .*16-byte aligned"):
+            _run(unaligned, *w, row=DEQUANT_ROW, packing="fragment")
 
 
 @pytest.mark.parametrize("m,n", [(0, 256), (3, 0)])
@@ -409,8 +443,8 @@ def test_cuda_graph_replay(row, m, dtype, packing):
     torch.cuda.synchronize()
     eager = ops.nvfp4_linear(x, packed, scale, per_row, bias, row=row, packing=packing)
     assert torch.equal(out, eager)
-    reference.assert_close_to_ref(out, reference.nvfp4_linear_ref(x, modelopt, plain_scale, per_row, bias),
-                                  f"graph {row}")
+    reference.assert_nvfp4_row_close(out, x, modelopt, plain_scale, per_row, bias, row or _pick(m, n, k, packing),
+                                     f"graph {row}")
 
 
 @PACKINGS

@@ -304,3 +304,30 @@ def test_linear_on_repacked_weight_on_cuda(m):
     reference.assert_close_to_ref(out, want, f"paired M={m}")
     out = ops.nvfp4_linear(x, *ops.fragment_nvfp4_weight(packed, scale), gs.reshape(1), packing="fragment")
     reference.assert_close_to_ref(out, want, f"fragment M={m}")
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=str)
+def test_weight_rounding_row_tolerance_is_needed_and_still_catches_a_wrong_group(dtype):
+    """The dequantize row's numerics emulated on CPU (weight times global scale rounded to x's type, fp32 product,
+    output rounded, bias added and rounded again): reference.assert_nvfp4_row_close accepts it for that row, the
+    one-rounding bound of the other rows does not, and one 16-value group with a doubled scale fails it."""
+    row = reference.NVFP4_WEIGHT_ROUNDING_ROWS[0]
+    g = torch.Generator().manual_seed(7)
+    m, n, k = 64, 256, 4096
+    packed, scale, gs = reference.quantize_nvfp4(torch.randn(n, k, generator=g))
+    per_row = (gs * torch.linspace(0.5, 2.0, n)).contiguous()
+    x = torch.randn(m, k, generator=g).to(dtype)
+    bias = torch.randn(n, generator=g).to(dtype)
+
+    def emulate(s):
+        w = reference.dequantize_nvfp4(packed, s, per_row.reshape(-1, 1)).to(dtype)
+        return ((x.float() @ w.float().t()).to(dtype).float() + bias.float()).to(dtype)
+
+    out = emulate(scale)
+    reference.assert_nvfp4_row_close(out, x, packed, scale, per_row, bias, row, "emulated dequantize row")
+    with pytest.raises(AssertionError):
+        reference.assert_nvfp4_row_close(out, x, packed, scale, per_row, bias, None, "one rounding")
+    wrong = scale.clone()
+    wrong[3, 17] = (wrong[3, 17].float() * 2).to(wrong.dtype)
+    with pytest.raises(AssertionError):
+        reference.assert_nvfp4_row_close(emulate(wrong), x, packed, scale, per_row, bias, row, "a doubled group")

@@ -49,6 +49,58 @@ def test_throughput_warms_every_variant_untimed_first(tmp_path, monkeypatch, var
     assert row["jit_warmup_run"] == {"rc": 0, "seconds": 1.0}
 
 
+def _write_result(cmd, tok_s):
+    with open(cmd[cmd.index("--output-json") + 1], "w") as f:
+        json.dump({"elapsed_time": 2.0, "tokens_per_second": tok_s, "requests_per_second": 1.0}, f)
+
+
+def test_throughput_keeps_a_result_written_before_the_cap_struck_at_shutdown(tmp_path, monkeypatch):
+    """vllm bench writes its JSON, then the engine shuts down: a cap that strikes during the shutdown
+    must not throw the finished measurement away (it did, as a "timeout")."""
+    bench = _bench(tmp_path, monkeypatch, [])
+
+    def run(name, cmd, cap, env=None):
+        _write_result(cmd, 5.0 if name.endswith("-jit-warmup") else 7.0)
+        return (0 if name.endswith("-jit-warmup") else 124), 1.0, tmp_path / f"{name}.log"
+
+    monkeypatch.setattr(bench, "run", run)
+    bench.throughput("blockfp8")
+    [row] = bench.runs
+    assert row["status"] == "ok" and row["tok_s"] == 7.0 and "shutdown" in row["note"]
+
+
+@pytest.mark.parametrize("timed_rc", [0, 124])
+def test_throughput_never_reports_the_warmups_result(tmp_path, monkeypatch, timed_rc):
+    """The warm-up writes the same file: a timed run that wrote nothing (killed, or exited 0 without
+    a result) fails instead of reporting the warm-up's number."""
+    bench = _bench(tmp_path, monkeypatch, [])
+
+    def run(name, cmd, cap, env=None):
+        if name.endswith("-jit-warmup"):
+            _write_result(cmd, 5.0)
+        return (0 if name.endswith("-jit-warmup") else timed_rc), 1.0, tmp_path / f"{name}.log"
+
+    monkeypatch.setattr(bench, "run", run)
+    bench.throughput("blockfp8")
+    [row] = bench.runs
+    assert row["status"] == ("timeout" if timed_rc == 124 else "failed") and "tok_s" not in row
+
+
+def test_latency_counts_a_result_cut_short_mid_write_as_failed(tmp_path, monkeypatch):
+    bench = _bench(tmp_path, monkeypatch, [])
+    (tmp_path / "out").mkdir(parents=True, exist_ok=True)
+
+    def run(name, cmd, cap, env=None):
+        with open(cmd[cmd.index("--output-json") + 1], "w") as f:
+            f.write('{"avg_latency": 0.')
+        return 124, 1.0, tmp_path / f"{name}.log"
+
+    monkeypatch.setattr(bench, "run", run)
+    bench.latency("blockfp8")
+    [row] = bench.runs
+    assert row["status"] == "timeout" and "decode_tok_s" not in row
+
+
 def test_throughput_keeps_an_explicit_deepgemm_warmup(tmp_path, monkeypatch):
     calls = []
     bench = _bench(tmp_path, monkeypatch, calls)

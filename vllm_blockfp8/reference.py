@@ -427,10 +427,14 @@ def linear_ref(x, b, b_scale, bias=None, *, quantize_activations: bool) -> torch
     return out.reshape(*lead, -1)
 
 
-def nvfp4_linear_ref(x, packed, scale, global_scale, bias=None) -> torch.Tensor:
-    """Weight-only NVFP4 linear in float64."""
+def nvfp4_linear_ref(x, packed, scale, global_scale, bias=None, weight_dtype=None) -> torch.Tensor:
+    """Weight-only NVFP4 linear in float64. ``weight_dtype``: the dequantized weight (global scale included) rounded
+    to that type first, as the dequantize + cuBLAS row (``fp4_dequant_cublas``) holds it."""
     lead, k = x.shape[:-1], x.shape[-1]
-    out = x.reshape(-1, k).double() @ dequantize_nvfp4(packed, scale, global_scale).double().t()
+    w = dequantize_nvfp4(packed, scale, global_scale)
+    if weight_dtype is not None:
+        w = w.to(weight_dtype)
+    out = x.reshape(-1, k).double() @ w.double().t()
     if bias is not None:
         out = out + bias.double()
     return out.reshape(*lead, -1)
@@ -513,3 +517,20 @@ def floor_us(m: int, n: int, k: int, *, bytes_per_s: float, flops_per_s: float,
         act += 4 * m * math.ceil(k / BLOCK)
     total = weight + act + 2 * m * n
     return max(total / bytes_per_s, 2.0 * m * n * k / flops_per_s) * 1e6
+
+
+# The NVFP4 rows that round the weight itself (global scale folded in) to x's type before the product: the dequantize
+# + cuBLAS row (csrc/fp4/dequant.cuh). Every other row rounds once, at the output.
+NVFP4_WEIGHT_ROUNDING_ROWS = ("fp4_dequant_cublas",)
+
+
+def assert_nvfp4_row_close(out, x, packed, scale, global_scale, bias=None, row=None, what="nvfp4") -> None:
+    """An nvfp4_linear output (``row``: the row that ran, None for the op's choice) against its float64 reference.
+    A weight-rounding row is held to the product of x and that rounded weight, plus 2u of max|ref|: cuBLAS rounds the
+    product (its bf16 split-K may reduce in bf16) and the bias is added after that rounding. A wrong scale group
+    (~6% of an output at K = 4096) still exceeds it many times."""
+    if row in NVFP4_WEIGHT_ROUNDING_ROWS:
+        ref = nvfp4_linear_ref(x, packed, scale, global_scale, bias, weight_dtype=out.dtype)
+        assert_close_to_ref(out, ref, what, abs_floor=2 * unit_roundoff(out.dtype))
+    else:
+        assert_close_to_ref(out, nvfp4_linear_ref(x, packed, scale, global_scale, bias), what)

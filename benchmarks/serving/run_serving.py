@@ -166,8 +166,9 @@ class Bench:
         clock = row.get("gpu_clock") or {}
         clock_note = (f" [SM {clock['sm_mhz_median']:.0f} MHz, {clock['power_w_median']:.0f} W, "
                       f"{100 * clock['at_cap_share']:.0f}% at the power cap]" if clock.get("busy") else "")
+        why = " ".join(filter(None, (row.get("note"), row.get("error"))))
         print(f"[serving] {row['stage']:<10} {row['variant']:<15} {row.get('case', ''):<8} "
-              f"{row['status']} ({row.get('seconds', 0):.0f}s){clock_note} {row.get('error', '')}", flush=True)
+              f"{row['status']} ({row.get('seconds', 0):.0f}s){clock_note} {why}", flush=True)
         return row
 
     def save(self) -> None:
@@ -192,11 +193,12 @@ class Bench:
         warm, iters = self.p["lat_iters"]
         cmd = self.latency_cmd(model, eargs, 128, warm, iters, ["--output-json", str(js)])
         env = bench_env()
+        js.unlink(missing_ok=True)  # an earlier run's result must not stand in for this one's
         rc, secs, log = self.run(f"latency-{v}", cmd, self.a.stage_cap_s, env)
         row = dict(stage="latency", variant=v, case="b1", rc=rc, seconds=secs, log=log, cmd=cmd,
                    env=env)
-        if rc == 0:
-            r = json.loads(js.read_text())
+        row["rc"], r = bench_result(rc, js, row)
+        if row["rc"] == 0:
             row.update(avg_latency_s=r["avg_latency"], p50_latency_s=r["percentiles"]["50"],
                        decode_tok_s=DECODE_TOKENS / r["avg_latency"])
         self.record(**row)
@@ -223,11 +225,12 @@ class Bench:
             env = bench_env()
             wrc, wsecs, _ = self.run(f"throughput-{case}-{v}-jit-warmup", cmd, self.a.stage_cap_s, env)
             warm = dict(rc=wrc, seconds=round(wsecs, 1))
+            js.unlink(missing_ok=True)  # the warm-up wrote the same file: only the timed run's result counts
             rc, secs, log = self.run(f"throughput-{case}-{v}", cmd, self.a.stage_cap_s, env)
             row = dict(stage="throughput", variant=v, case=case, rc=rc, seconds=secs, log=log,
                        cmd=cmd, env=env, jit_warmup_run=warm)
-            if rc == 0:
-                r = json.loads(js.read_text())
+            row["rc"], r = bench_result(rc, js, row)
+            if row["rc"] == 0:
                 el = r["elapsed_time"]
                 row.update(elapsed_s=el, tok_s=r["tokens_per_second"],
                            req_s=r["requests_per_second"], input_tok_s=n * il / el,
@@ -382,6 +385,23 @@ class Bench:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+def bench_result(rc: int, path: Path, row: dict) -> tuple[int, dict | None]:
+    """(rc, result JSON) of one `vllm bench` run. A run the cap killed after it wrote its result
+    counts (engine shutdown can outlast the budget; the numbers are final once written); one that
+    exited 0 without a readable result does not. Either case leaves a note in row."""
+    try:
+        result = json.loads(Path(path).read_text())
+    except (OSError, ValueError):  # missing, or cut short mid-write
+        result = None
+    if rc == 124 and result is not None:
+        row["note"] = "result written; stopped at the cap during engine shutdown"
+        return 0, result
+    if rc == 0 and result is None:
+        row["note"] = "exited 0 without writing its result JSON"
+        return 1, None
+    return rc, result
+
+
 def tail(log, n: int = 3) -> str:
     p = Path(log) if log else None
     if not p or not p.exists():

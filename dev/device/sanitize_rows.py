@@ -117,8 +117,8 @@ def _run(family: str, row: dict, m: int, n: int, k: int, packing: str = "fragmen
             if "cannot run" in str(exc):
                 return "skip"
             raise
-        ref = reference.nvfp4_linear_ref(x, packed, scale, gs.reshape(1), None)
-        reference.assert_close_to_ref(out, ref, f"nvfp4 {row['name']} M={m} N={n} K={k} {packing}")
+        reference.assert_nvfp4_row_close(out, x, packed, scale, gs.reshape(1), None, row["name"],
+                                         f"nvfp4 {row['name']} M={m} N={n} K={k} {packing}")
         return "ok"
     b, bs = reference.quantize_block_fp8(torch.randn(n, k, device="cuda", generator=g))
     try:

@@ -471,7 +471,6 @@ Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, 
       return out;
     }
   }
-  Tensor out = torch::stable::new_empty(x, {m, n});
   fp4::Problem p{};
   p.x = x.data_ptr();
   p.b = static_cast<const uint8_t*>(b.data_ptr());
@@ -479,14 +478,24 @@ Tensor op_nvfp4_linear(Tensor x, Tensor b, Tensor b_scale, Tensor global_scale, 
   p.global_scale = static_cast<const float*>(global_scale.data_ptr());
   p.global_scale_stride = global_scale.numel() == n && n != 1 ? 1 : 0;
   p.bias = bias.has_value() ? bias->data_ptr() : nullptr;
-  p.out = out.data_ptr();
   p.m = m, p.n = n, p.k = k, p.x_stride = x.stride(0), p.out_stride = n;
   p.bf16 = x.scalar_type() == ScalarType::BFloat16;
   p.packing = packed;
   p.sm_count = dev.sm_count;
   p.max_smem = dev.max_smem;
   p.cc = dev.cc;
-  const int i = pick_row<Fp4Family>(int(row), p);
+  const int i = pick_row<Fp4Family>(int(row), p);  // before out exists: the dequantize row never allocates one
+  if (fp4::dequantizes(i)) {
+    if (m == 0) return torch::stable::new_empty(x, {0, n});
+    Tensor w = torch::stable::new_empty(x, {n, k});  // the weight in x's type, global scale folded in
+    p.workspace = w.data_ptr();
+    check_cuda(fp4::launch(i, p, current_stream(x)), fp4::row(i).name);
+    Tensor out = torch::stable::matmul(x, torch::stable::transpose(w, 0, 1));
+    if (bias.has_value()) add_bias(out, *bias);
+    return out;
+  }
+  Tensor out = torch::stable::new_empty(x, {m, n});
+  p.out = out.data_ptr();
   std::optional<Tensor> workspace;  // a K split's fp32 partials
   if (const size_t ws = fp4::workspace_bytes(i, p); ws > 0) {
     workspace = torch::stable::new_empty(x, {int64_t(ws)}, ScalarType::Byte);

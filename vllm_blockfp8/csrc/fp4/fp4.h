@@ -17,10 +17,11 @@
 //              or a single value (global_scale_stride 0).
 // bias         x's dtype [n] or null; added in fp32 before the one rounding of the output.
 // out          x's dtype [m, n], row stride out_stride elements. Written in full, never read.
-// Every row computes e2m1 * e4m3 * 2^-7 exactly in x's 16-bit type (<= 7 significant bits, in the
+// Every kernel row computes e2m1 * e4m3 * 2^-7 exactly in x's 16-bit type (<= 7 significant bits, in the
 // normal range), multiplies it by x in fp32 (exact), accumulates in fp32 and applies
-// global_scale * 2^7 once per output. Activations are never quantized (the checkpoint's
-// input_scale is for W4A4 kernels and unused here).
+// global_scale * 2^7 once per output. The dequantize row (dequantizes(); large M on SM90) instead rounds each weight
+// times its global scale to 16 bits and leaves the product to cuBLAS (then adds the bias). Activations are never
+// quantized (the checkpoint's input_scale is for W4A4 kernels and unused here).
 //
 // Valid problems: k % 32 == 0, m, n, k < 2^30; the fragment packing n % 16 == 0 and k % 64 == 0. The
 // tensor-core rows also need 16-byte aligned x rows (the fragment GEMV 4-byte) and, on the row-contiguous
@@ -74,6 +75,10 @@ int select(const Problem& p);
 
 // Scratch row i needs for p (fp32 partials of a K split), 0 for most rows; the op allocates it.
 size_t workspace_bytes(int i, const Problem& p);
+
+// Whether row i only dequantizes: its launch writes the weight, x's 16-bit type [n, k] with the global scale folded
+// in, into the workspace (workspace_bytes), and the op multiplies x by it (cuBLAS) and adds the bias.
+bool dequantizes(int i);
 
 // Enqueues row i on stream s. Never synchronizes and never allocates (CUDA-graph capturable).
 // Returns cudaErrorInvalidValue if rejects(i, p) != nullptr, cudaSuccess without a launch when

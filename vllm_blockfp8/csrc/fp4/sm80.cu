@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "../common/vector_rows.h"
+#include "dequant.cuh"
 #include "fp4.h"
 #include "fragment.cuh"
 #include "gemv.cuh"
@@ -215,6 +216,36 @@ cudaError_t launch_w4a16(const Problem& p, cudaStream_t s) {
                    : launch_w4a16_t<WN, WM, NT, STAGES, false, __half>(p, s);
 }
 
+// The dequantize row (dequant.cuh): this launch writes the 16-bit weight [n, k] into the workspace; the op multiplies
+// it (cuBLAS through torch: ops.cpp), applies the bias and never calls launch() for anything else of this row.
+const char* dequant_rejects(const Problem& p) {
+  if (!fragment(p)) return "the dequantize row reads the fragment packing only (the vLLM layer stores it on SM90)";
+  if (reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0) return "the workspace must be 16-byte aligned";
+  // cuBLAS reads x: on a 2-byte aligned x its answer was 5% off the reference (H200), so the rule of the other
+  // tensor-core rows holds here too and such an x goes to the FMA row.
+  if (!rows_16byte_aligned(p.x, p.m, p.x_stride)) return kRowsNot16ByteAligned;
+  if ((p.n / kFragRows) * (p.k / kFragK) / kDequantWarps >= (int64_t(1) << 31)) return "the weight is too large";
+  return nullptr;
+}
+
+size_t dequant_workspace(const Problem& p) { return size_t(p.n) * size_t(p.k) * 2; }
+
+// The M from which the table dequantizes instead of running the wgmma rows: the dequantize pass costs about a 2-byte
+// write per weight, so its share of the time falls as 1 / M (fp4/NOTES.md has the measured crossover).
+constexpr int64_t kDequantMinM = 512;
+
+cudaError_t launch_dequant(const Problem& p, cudaStream_t s) {
+  const int64_t blocks = (p.n / kFragRows) * (p.k / kFragK);
+  const dim3 grid(unsigned((blocks + kDequantWarps - 1) / kDequantWarps));
+  if (p.bf16)
+    dequant_fragment_kernel<__nv_bfloat16><<<grid, 32 * kDequantWarps, 0, s>>>(
+        p.b, p.b_scale, p.global_scale, p.global_scale_stride, static_cast<__nv_bfloat16*>(p.workspace), p.n, p.k);
+  else
+    dequant_fragment_kernel<__half><<<grid, 32 * kDequantWarps, 0, s>>>(
+        p.b, p.b_scale, p.global_scale, p.global_scale_stride, static_cast<__half*>(p.workspace), p.n, p.k);
+  return cudaGetLastError();
+}
+
 #ifdef BLOCKFP8_HAS_SM90_GEMM
 // The SM90 wgmma rows (fp4/sm90/w4a16_wgmma.cuh): 128 weight rows x TOK tokens per tile.
 template <int TOK>
@@ -270,10 +301,15 @@ constexpr Fp4Row kRows[] = {
     {{"fp4_wgmma_128x128", 128, "SM90, M = 65..128: 128 x 128 tiles (66 KB, 2 blocks per SM), K split where the "
                                 "tiles leave SMs idle"},
      &wgmma_rejects<128>, &launch_wgmma<128>, &wgmma_workspace<128>},
-    {{"fp4_wgmma_128x256", kUnboundedM, "SM90, large M: 128 x 256 tiles (m64n256k16, 132 KB, 1 block per SM), K "
-                                        "split where the tiles leave SMs idle"},
+    {{"fp4_wgmma_128x256", kDequantMinM - 1, "SM90, M = 129..511: 128 x 256 tiles (m64n256k16, 132 KB, 1 block "
+                                            "per SM), K split where the tiles leave SMs idle"},
      &wgmma_rejects<256>, &launch_wgmma<256>, &wgmma_workspace<256>},
 #endif
+    // Any arch's build (the kernel is SM80+), but only the fragment packing, which the layer stores on SM90 alone.
+    {{"fp4_dequant_cublas", kUnboundedM, "M >= 512 on the fragment packing: the weight dequantized to 16 bits (2.56 "
+                                         "bytes of traffic per weight), then cuBLAS; 0.90x the 128 x 256 wgmma row's "
+                                         "time at M = 512, 0.79x at 1024, 1.11x at 256 (geomeans, 15 layers)"},
+     &dequant_rejects, &launch_dequant, &dequant_workspace},
     {{"fp4_w4a16_64x64", kUnboundedM, "narrow layers (< 24 128-row tiles): 64 x 64 tiles fill more SMs; 2112x7168 at "
                                       "M = 1024 187 us vs 263 for 128 x 128"},
      &w4a16_narrow_rejects, &launch_w4a16<2, 2, 4, 3>, &w4a16_workspace<2, 2, 4, 3>},
@@ -289,6 +325,8 @@ constexpr Fp4Row kRows[] = {
      &accepts_all, &launch_gemv_fma},
 };
 constexpr int kNumRows = int(sizeof(kRows) / sizeof(kRows[0]));
+constexpr int kDequantRow = row_index(kRows, "fp4_dequant_cublas");
+static_assert(kDequantRow >= 0, "the op asks dequantizes() for this row");
 static_assert(kRows[kNumRows - 1].info.max_m == kUnboundedM, "the last row must take any M");
 
 }  // namespace
@@ -303,6 +341,8 @@ Packing layer_packing(int cc, int64_t n, int64_t k) {
 }
 
 int num_rows() { return kNumRows; }
+
+bool dequantizes(int i) { return i == kDequantRow; }
 
 const TileRow& row(int i) { return kRows[i].info; }
 
