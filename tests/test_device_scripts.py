@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+FI_SH = ROOT / "dev" / "device" / "flashinfer_site.sh"
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
                                 reason="needs bash and coreutils timeout (the script's steps use it)")
 
@@ -27,6 +28,7 @@ def _start(tmp_path: Path, fake_body: str, stages: list[str], **env_extra) -> tu
     tree = tmp_path / "tree"
     (tree / "dev" / "device").mkdir(parents=True)
     shutil.copy(ROOT / "dev" / "device" / "h200_e2e.sh", tree / "dev" / "device" / "h200_e2e.sh")
+    shutil.copy(FI_SH, tree / "dev" / "device" / "flashinfer_site.sh")
     fake = tmp_path / "fakepy.sh"
     fake.write_text("#!/bin/bash\n" + fake_body + "\n")
     fake.chmod(0o755)
@@ -287,6 +289,7 @@ def _run_pending(tmp_path: Path, fake_body: str) -> tuple[int, str, list[str], s
     (tree / "dev" / "device").mkdir(parents=True)
     shutil.copy(PENDING, tree / "dev" / "device" / "h200_pending.sh")
     shutil.copy(LIB, tree / "dev" / "device" / "lib.sh")
+    shutil.copy(FI_SH, tree / "dev" / "device" / "flashinfer_site.sh")
     shutil.copy(PREBUILT, tree / "dev" / "device" / "prebuilt.sh")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -356,7 +359,7 @@ def _run_tune(tmp_path: Path, fake_body: str, *stages: str, **env_extra) -> tupl
     (tree / "vllm_blockfp8" / "csrc").mkdir(parents=True)
     (tree / "vllm_blockfp8" / "_C.abi3.so").write_text("")
     (tree / "setup.py").write_text("")
-    for script in (TUNE_SH, LIB, PREBUILT):
+    for script in (TUNE_SH, LIB, PREBUILT, FI_SH):
         shutil.copy(script, tree / "dev" / "device" / script.name)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -503,6 +506,7 @@ def test_full_script_runs_its_parts_side_by_side_and_passes_only_when_all_pass(t
         (tree / "tests" / name).write_text("")
     shutil.copy(FULL, tree / "dev" / "device" / "h200_full.sh")
     shutil.copy(LIB, tree / "dev" / "device" / "lib.sh")
+    shutil.copy(FI_SH, tree / "dev" / "device" / "flashinfer_site.sh")
     shutil.copy(PREBUILT, tree / "dev" / "device" / "prebuilt.sh")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -788,3 +792,46 @@ def test_prebuilt_installs_only_a_build_of_exactly_these_sources(tmp_path):
 
     proc = subprocess.run(["bash", script, "bogus"], env=env, capture_output=True, text=True)
     assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def _fake_wheel(folder: Path, version: str) -> None:
+    """A minimal flashinfer-python wheel pip installs offline."""
+    import zipfile
+    info = f"flashinfer_python-{version}.dist-info"
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / f"flashinfer_python-{version}-py3-none-any.whl", "w") as z:
+        z.writestr("flashinfer/__init__.py", f"__version__ = {version!r}\n")
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+
+
+def _use_flashinfer(tree: Path, site: Path, **env) -> tuple[str, str]:
+    """(PYTHONPATH, FLASHINFER_NOTE) after sourcing flashinfer_site.sh in tree and calling use_flashinfer."""
+    script = f'. {FI_SH}; use_flashinfer; echo "$PYTHONPATH"; echo "$FLASHINFER_NOTE"'
+    run = subprocess.run(["bash", "-c", script], cwd=tree, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PY=sys.executable, FI_SITE=str(site), PYTHONPATH="/base", **env))
+    assert run.returncode == 0, run.stderr
+    path, note = run.stdout.strip().splitlines()[-2:]
+    return path, note
+
+
+def test_flashinfer_carried_once_stays_on_the_path_of_later_calls(tmp_path):
+    """The call that carries .fi installs it (with the AOT module); a later call on the warm machine, whose tree no
+    longer holds .fi, still runs vLLM with it; FLASHINFER=0 leaves it out; a machine that never got it says so."""
+    site = tmp_path / "fi_site"
+    first, later = tmp_path / "first", tmp_path / "later"
+    _fake_wheel(first / ".fi", "0.6.14")
+    (first / ".fi" / "aot").mkdir()
+    (first / ".fi" / "aot" / "fp8_blockscale_gemm_90.so").write_text("so")
+    later.mkdir()
+    path, note = _use_flashinfer(later, site)
+    assert path == "/base" and "absent" in note
+    path, note = _use_flashinfer(first, site)
+    assert (site / "flashinfer" / "__init__.py").exists()
+    assert (site / "flashinfer" / "data" / "aot" / "fp8_blockscale_gemm_90" / "fp8_blockscale_gemm_90.so").exists()
+    assert path == f"{site}:/base" and "0.6.14" in note and "with the AOT" in note
+    path, note = _use_flashinfer(later, site)
+    assert path == f"{site}:/base" and "0.6.14" in note
+    path, note = _use_flashinfer(later, site, FLASHINFER="0")
+    assert path == "/base" and "left out" in note

@@ -417,7 +417,7 @@ def tail(log, n: int = 3) -> str:
 # FP4 compression will be used leveraging the Marlin kernel. ..." (kernels/linear/nvfp4/marlin.py).
 # This plugin's NVFP4 lines start "blockfp8: NVFP4 runs ...".
 KERNEL_HINT = re.compile(r"(?i)deep_?gemm|cutlass|blockfp8|fp8.*(kernel|linear|backend)"
-                         r"|for nvfp4 gemm|nvfp4linearkernel|native support for fp4|marlin")
+                         r"|for nvfp4 gemm|nvfp4linearkernel|native support for fp4|marlin|flashinfer")
 
 
 def kernel_lines(log, n: int = 12) -> list[str]:

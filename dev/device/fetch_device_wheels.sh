@@ -27,9 +27,9 @@
 # kernels) is left out: `import flashinfer.gemm` and the SM90 block-scale GEMM do not load it.
 # About 23 MB of wheels (+ .fi/aot/fp8_blockscale_gemm_90.so from dev/device/flashinfer_aot.sh): it
 # fits one call's 64 MiB carry beside the ~3 MB tree, NOT beside the 52 MiB vLLM bundle (.vk): carry
-# it in its own call, back to back with the bundle's, and install both into the same site directory:
-#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fi/*.whl
-#   d=/tmp/site/flashinfer/data/aot/fp8_blockscale_gemm_90; mkdir -p $d && cp .fi/aot/*.so $d/
+# it in its own call (any of h200_check.sh, h200_e2e.sh, h200_full.sh installs it into /tmp/fi_site), then
+# the bundle's call within 30 s, while the machine is warm: the scripts put /tmp/fi_site on PYTHONPATH
+# (dev/device/flashinfer_site.sh; FLASHINFER=0 leaves it out).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LMEVAL=0 SMOL=0 FI=0

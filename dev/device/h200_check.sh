@@ -44,7 +44,9 @@ export PYTHONUNBUFFERED=1
 T_START=$(date +%s)
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-SUMMARY=()
+. dev/device/flashinfer_site.sh  # the flashinfer_blockscale peer where a call on this machine carried .fi
+use_flashinfer
+SUMMARY=("$FLASHINFER_NOTE")
 stage() {  # stage NAME CAP CMD...
   local name=$1 cap=$2; shift 2
   local t0=$(date +%s)

@@ -37,6 +37,8 @@
 # Environment: E2E_TAG (output folder $OUT/e2e-TAG and archive e2e-TAG.tgz instead of e2e: two
 # instances, one per GPU via CUDA_VISIBLE_DEVICES, can run side by side on the nvidia-h200-x2
 # machine; make the models first with one `prep`, and give each instance its own SERVE_PORT),
+# FLASHINFER (1: vLLM's variants run with FlashInfer where a call on this machine carried .fi, as users' vLLM
+# does; 0 leaves it out; dev/device/flashinfer_site.sh), FI_SITE (/tmp/fi_site),
 # SERVE_PORT (8011; the first port run_serving tries for its servers), PACK (1: pack the output
 # folder into its .tgz at the end), PACK_MAX_MB (3), PACK_CACHE
 # (1: also $OUT/vllm_cache.tgz), VLLM_CACHE_IN (.vc/vllm_cache.tgz, restored first), LAYERS (36;
@@ -66,6 +68,8 @@ cd "$(dirname "$0")/../.."
 [ "$#" -gt 0 ] || { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 2; }
 [ -n "${VLLM_USE_FLASHINFER_SAMPLER:-}" ] || . /tmp/vk_tools/env.sh
 PY=${PYTHON:-python3}
+. dev/device/flashinfer_site.sh  # FlashInfer where a call on this machine carried it (FLASHINFER=0 leaves it out)
+use_flashinfer
 E2E_NAME=e2e${E2E_TAG:+-$E2E_TAG}
 E2E=$OUT/$E2E_NAME
 mkdir -p "$E2E"
@@ -216,6 +220,7 @@ serving() {  # serving NAME CAP MODEL_DIR run_serving-args...
   "$PY" -c 'import torch, vllm; print("torch", torch.__version__, "vllm", vllm.__version__)'
   "$PY" -c 'import importlib.metadata as m
 print("vllm plugins:", [e.name for e in m.entry_points(group="vllm.general_plugins")])'
+  echo "$FLASHINFER_NOTE"
 } > "$E2E/env.txt" 2>&1
 cat "$E2E/env.txt"
 QFLAG=()

@@ -9,7 +9,8 @@
 #                           is set 30 s inside the cap (the benchmarks start no new point past it)
 #   step_start NAME CAP CMD..., step_wait NAME   the same in two halves, so steps can run at the same time
 #   pack                    summary.txt, then $OUT/$RUN_NAME.tgz (the logs folder removed)
-#   install_wheels          the carried .whl/*.whl into /tmp/site, put on PYTHONPATH
+#   install_wheels          the carried .whl/*.whl into /tmp/site, put on PYTHONPATH; FlashInfer likewise where
+#                           a call on this machine carried .fi (flashinfer_site.sh)
 #   use_vllm_bundle WHY     source the offline vLLM bundle's environment (VK_ENV, default /tmp/vk_tools/env.sh),
 #                           unpacking the carried .vk/kit.part-* first where it is missing; else a summary row WHY and
 #                           FAILED=1
@@ -93,6 +94,9 @@ install_wheels() {
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>&1 | grep -v "already exists" | tail -n 3
   fi
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  . dev/device/flashinfer_site.sh  # FlashInfer's tests and peer where a call on this machine carried .fi
+  use_flashinfer
+  note flashinfer "${FLASHINFER_NOTE#flashinfer: }"
 }
 
 build_extension() {  # build_extension ARCHS CAP
