@@ -26,7 +26,8 @@
 #                       each of the three steps has the cap
 #   latency        480  benchmarks/serving/run_serving.py --stages latency
 #   throughput     480  ... --stages throughput; each variant runs twice (untimed warm-up run, then the
-#                       timed run), each 70-230 s with its engine start: budget ~300-400 s per variant;
+#                       timed run), each 70-230 s with its engine start: budget ~300-400 s per variant
+#                       (two NVFP4 variants' prefill on 36 layers took 431 s on the H200: CAP_throughput=540);
 #                       THROUGHPUT_CASES=batch32 adds the 32 x (128 in, 128 out) decode batch
 #   serve_sweep    480  ... --stages serve (concurrency 1, 4, 16, 64)
 #   profile        480  ... --stages profile: prefill and batch-1 decode under vLLM's torch profiler, GPU kernel time
