@@ -22,7 +22,8 @@ use_flashinfer() {
     FLASHINFER_NOTE="flashinfer: left out (FLASHINFER=0)"
   elif [ -d "$FI_SITE/flashinfer" ]; then
     export PYTHONPATH=$FI_SITE${PYTHONPATH:+:$PYTHONPATH}
-    version=$(ls -d "$FI_SITE"/flashinfer_python-*.dist-info 2> /dev/null | sed -n 's/.*flashinfer_python-\(.*\)\.dist-info/\1/p')
+    version=$(ls -d "$FI_SITE"/flashinfer_python-*.dist-info 2> /dev/null \
+      | sed -n 's/.*flashinfer_python-\(.*\)\.dist-info/\1/p')
     FLASHINFER_NOTE="flashinfer: ${version:-unknown version} from $FI_SITE"
     ls "$aot"/*.so > /dev/null 2>&1 && FLASHINFER_NOTE+=" with the AOT SM90 block-scale GEMM" \
       || FLASHINFER_NOTE+=" without an AOT SM90 module (its first GEMM call compiles one with nvcc)"

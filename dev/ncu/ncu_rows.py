@@ -2,13 +2,13 @@
 
     ncu --kernel-name regex:'mma_kernel|per_token_group|device_kernel|fragment_kernel|wgmma_kernel' \
         --clock-control none --section SpeedOfLight --section WarpStateStats ... python dev/ncu/ncu_rows.py \
-        gemv:gemv_mma_t8:1x2112x7168 quant:quant_lane16_rcp:4096x0x7168 gemm:sm90_coop_128x128x128_c2x1_ovl:4096x4096x7168 \
-        nvfp4:fp4_gemv_mma_t8_ks8:1x24576x4096
+        gemv:gemv_mma_t8:1x2112x7168 quant:quant_lane16_rcp:4096x0x7168 \
+        gemm:sm90_coop_128x128x128_c2x1_ovl:4096x4096x7168 nvfp4:fp4_gemv_mma_t8_ks8:1x24576x4096
 
 Each spec is FAMILY:ROW:MxNxK (bf16 activations); nvfp4 runs the weight as the vLLM layer stores it
-(ops.nvfp4_layer_weight: the fragment packing on SM90), one global scale per row. The operands are made first (their own kernels
-do not match the filter above), then the op runs once, so each spec is one profiled launch and the
-report lists them in argument order. ncu's default cache control flushes L2 before every replay
+(ops.nvfp4_layer_weight: the fragment packing on SM90), one global scale per row. The operands are made
+first (their own kernels do not match the filter above), then the op runs once, so each spec is one
+profiled launch and the report lists them in argument order. ncu's default cache control flushes L2 before every replay
 pass, which is the cold-L2 state the benchmarks time.
 """
 
