@@ -20,6 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FI_SH = ROOT / "dev" / "device" / "flashinfer_site.sh"
+VK_SH = ROOT / "dev" / "device" / "vllm_bundle.sh"
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
                                 reason="needs bash and coreutils timeout (the script's steps use it)")
 
@@ -289,6 +290,7 @@ def _run_pending(tmp_path: Path, fake_body: str) -> tuple[int, str, list[str], s
     (tree / "dev" / "device").mkdir(parents=True)
     shutil.copy(PENDING, tree / "dev" / "device" / "h200_pending.sh")
     shutil.copy(LIB, tree / "dev" / "device" / "lib.sh")
+    shutil.copy(VK_SH, tree / "dev" / "device" / "vllm_bundle.sh")
     shutil.copy(FI_SH, tree / "dev" / "device" / "flashinfer_site.sh")
     shutil.copy(PREBUILT, tree / "dev" / "device" / "prebuilt.sh")
     bin_dir = tmp_path / "bin"
@@ -359,7 +361,7 @@ def _run_tune(tmp_path: Path, fake_body: str, *stages: str, **env_extra) -> tupl
     (tree / "vllm_blockfp8" / "csrc").mkdir(parents=True)
     (tree / "vllm_blockfp8" / "_C.abi3.so").write_text("")
     (tree / "setup.py").write_text("")
-    for script in (TUNE_SH, LIB, PREBUILT, FI_SH):
+    for script in (TUNE_SH, LIB, PREBUILT, FI_SH, VK_SH):
         shutil.copy(script, tree / "dev" / "device" / script.name)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -506,6 +508,7 @@ def test_full_script_runs_its_parts_side_by_side_and_passes_only_when_all_pass(t
         (tree / "tests" / name).write_text("")
     shutil.copy(FULL, tree / "dev" / "device" / "h200_full.sh")
     shutil.copy(LIB, tree / "dev" / "device" / "lib.sh")
+    shutil.copy(VK_SH, tree / "dev" / "device" / "vllm_bundle.sh")
     shutil.copy(FI_SH, tree / "dev" / "device" / "flashinfer_site.sh")
     shutil.copy(PREBUILT, tree / "dev" / "device" / "prebuilt.sh")
     bin_dir = tmp_path / "bin"
@@ -835,3 +838,45 @@ def test_flashinfer_carried_once_stays_on_the_path_of_later_calls(tmp_path):
     assert path == f"{site}:/base" and "0.6.14" in note
     path, note = _use_flashinfer(later, site, FLASHINFER="0")
     assert path == "/base" and "left out" in note
+
+
+# ---- dev/device/vllm_bundle.sh -----------------------------------------------------------------------------------
+
+
+def _vllm_bundle(tree: Path, root: Path) -> tuple[int, str]:
+    """(vllm_bundle's status, BUNDLE_MARK as its environment left it) after sourcing vllm_bundle.sh in tree."""
+    script = f'. {VK_SH}; vllm_bundle; rc=$?; echo "$rc ${{BUNDLE_MARK:-unset}}"'
+    run = subprocess.run(["bash", "-c", script], cwd=tree, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PY=sys.executable, VK_ROOT=str(root)))
+    assert run.returncode == 0, run.stderr
+    rc, mark = run.stdout.strip().splitlines()[-1].split()
+    return int(rc), mark
+
+
+def test_vllm_bundle_carried_once_is_sourced_by_later_calls(tmp_path):
+    """The call carrying .vk (the kit split in parts, as fetch_device_wheels.sh writes it) unpacks it and sources
+    its environment; a later call on the warm machine, whose tree no longer holds .vk, sources it again without
+    unpacking; a machine that never got it answers 1 (h200_check.sh then says its vLLM peers are skipped: without
+    this, bench_nvfp4 on a fresh machine silently ran without its Marlin peer)."""
+    root = tmp_path / "machine_tmp"
+    root.mkdir()
+    first, later = tmp_path / "first", tmp_path / "later"
+    later.mkdir()
+    assert _vllm_bundle(later, root) == (1, "unset")
+    kit = tmp_path / "kit.tar"
+    env_sh = tmp_path / "env.sh"
+    env_sh.write_text("export BUNDLE_MARK=sourced\n")
+    with tarfile.open(kit, "w") as t:
+        t.add(env_sh, arcname="vk_tools/env.sh")
+    data = kit.read_bytes()
+    (first / ".vk").mkdir(parents=True)
+    half = len(data) // 2
+    (first / ".vk" / "kit.part-00").write_bytes(data[:half])
+    (first / ".vk" / "kit.part-01").write_bytes(data[half:])
+    assert _vllm_bundle(first, root) == (0, "sourced")
+    assert (root / "vk_tools" / "env.sh").exists() and not (root / "kit.bin").exists()
+    (root / "vk_tools" / "env.sh").write_text("export BUNDLE_MARK=kept\n")  # a second unpack would overwrite it
+    assert _vllm_bundle(later, root) == (0, "kept")
+    assert _vllm_bundle(first, root) == (0, "kept")
+    check = (ROOT / "dev" / "device" / "h200_check.sh").read_text()
+    assert check.index("vllm_bundle") < check.index("pip install"), "unpack before the wheels go into the same site"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One H200 call: install the carried build wheels, build the extension with all cores, then run
-# the selected stages, each under its own time cap. Logs and JSON go to $OUT; a summary is printed
-# last, and everything is packed into $OUT/run.tgz (the device returns at most 8 files). Run from the repository root with `.whl` carried (nvidia-cutlass, setuptools wheels).
+# One H200 call: unpack the carried vLLM bundle (.vk; once per machine: dev/device/vllm_bundle.sh), install the
+# carried build wheels, build the extension with all cores, then run the selected stages, each under its own time
+# cap. Logs and JSON go to $OUT; a summary is printed last, and everything is packed into $OUT/run.tgz (the device
+# returns at most 8 files). Run from the repository root with `.whl` carried (nvidia-cutlass, setuptools wheels) and
+# `.vk` for the vLLM peers and the demo.
 #
 #   dev/device/h200_check.sh STAGE [STAGE...]
 #   build        build the extension (always first; skipped when _C is newer than every source)
@@ -30,7 +32,7 @@
 #   host_overhead dev/probes/host_overhead.py: host vs GPU time per eager linear call (prefill chunks run
 #                outside CUDA graphs in vLLM)
 #   ncu          Nsight Compute sections for the launches in NCU_SPECS (dev/ncu/ncu_rows.py specs)
-#   demo         python -m vllm_blockfp8 demo (needs the offline vLLM bundle unpacked and sourced)
+#   demo         python -m vllm_blockfp8 demo
 #   quick, memcheck                                                          short variants
 # BUDGET_S=N caps the whole call (stage caps shrink so that the logs still get packed).
 # The device's copy of the tree has no .git: start the command with
@@ -42,11 +44,19 @@ LOGS=$OUT/run
 mkdir -p "$LOGS"
 export PYTHONUNBUFFERED=1
 T_START=$(date +%s)
+# vLLM for the stages that time its kernels (bench_nvfp4's Marlin FP4, the vLLM peers of bench_gemv / bench_gemm)
+# and for demo: unpacked from a carried .vk on the machine's first call, before the wheels go into the same site.
+. dev/device/vllm_bundle.sh
+if vllm_bundle; then
+  VLLM_NOTE="vllm: $(ls -d "$VK_ROOT"/site/vllm-*.dist-info 2> /dev/null | sed -n 's/.*vllm-\(.*\)\.dist-info/\1/p' | head -n 1)"
+else
+  VLLM_NOTE="vllm: absent (carry .vk): its peers are skipped, demo fails"
+fi
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 . dev/device/flashinfer_site.sh  # the flashinfer_blockscale peer where a call on this machine carried .fi
 use_flashinfer
-SUMMARY=("$FLASHINFER_NOTE")
+SUMMARY=("$VLLM_NOTE" "$FLASHINFER_NOTE")
 stage() {  # stage NAME CAP CMD...
   local name=$1 cap=$2; shift 2
   local t0=$(date +%s)

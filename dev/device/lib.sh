@@ -11,9 +11,8 @@
 #   pack                    summary.txt, then $OUT/$RUN_NAME.tgz (the logs folder removed)
 #   install_wheels          the carried .whl/*.whl into /tmp/site, put on PYTHONPATH; FlashInfer likewise where
 #                           a call on this machine carried .fi (flashinfer_site.sh)
-#   use_vllm_bundle WHY     source the offline vLLM bundle's environment (VK_ENV, default /tmp/vk_tools/env.sh),
-#                           unpacking the carried .vk/kit.part-* first where it is missing; else a summary row WHY and
-#                           FAILED=1
+#   use_vllm_bundle WHY     the offline vLLM bundle (vllm_bundle.sh: unpacked once per machine, its environment
+#                           sourced) and a summary row with vLLM's version; else a summary row WHY and FAILED=1
 #   build_extension ARCHS CAP   `pip install -e .` for TORCH_CUDA_ARCH_LIST=ARCHS under `step build`, skipped when the
 #                           sources and the arch list hash to the last build's stamp; returns non-zero on a failure
 : "${OUT:?set OUT}"
@@ -26,6 +25,7 @@ BUDGET_S=${BUDGET_S:-575}
 T_START=$(date +%s)
 FAILED=0
 SUMMARY=()
+. dev/device/vllm_bundle.sh  # vllm_bundle, used by use_vllm_bundle
 
 pack() {
   printf '%s\n' "${SUMMARY[@]}" > "$LOGS/summary.txt"
@@ -74,14 +74,7 @@ step() {  # step NAME CAP CMD...: step_start + step_wait
 }
 
 use_vllm_bundle() {  # use_vllm_bundle WHY_IF_MISSING
-  VK_ENV=${VK_ENV:-/tmp/vk_tools/env.sh}  # the bundle's environment (a test points it elsewhere)
-  if [ ! -f "$VK_ENV" ] && ls .vk/kit.part-* > /dev/null 2>&1; then
-    echo "== unpacking the vLLM bundle (.vk/kit.part-*)"
-    cat .vk/kit.part-* > /tmp/kit.bin && "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall('/tmp', filter='tar')" /tmp/kit.bin
-    rm -f /tmp/kit.bin
-  fi
-  if [ -f "$VK_ENV" ]; then
-    . "$VK_ENV"
+  if vllm_bundle; then
     note vllm "$("$PY" -c 'import vllm; print("vllm", vllm.__version__)' 2>&1 | tail -n 1)"
   else
     note vllm "$1"
