@@ -48,7 +48,8 @@ T_START=$(date +%s)
 # and for demo: unpacked from a carried .vk on the machine's first call, before the wheels go into the same site.
 . dev/device/vllm_bundle.sh
 if vllm_bundle; then
-  VLLM_NOTE="vllm: $(ls -d "$VK_ROOT"/site/vllm-*.dist-info 2> /dev/null | sed -n 's/.*vllm-\(.*\)\.dist-info/\1/p' | head -n 1)"
+  VLLM_NOTE="vllm: $(ls -d "$VK_ROOT"/site/vllm-*.dist-info 2> /dev/null \
+    | sed -n 's/.*vllm-\(.*\)\.dist-info/\1/p' | head -n 1)"
 else
   VLLM_NOTE="vllm: absent (carry .vk): its peers are skipped, demo fails"
 fi
