@@ -153,6 +153,19 @@ def _generate_units(arch: str, out_dir: Path) -> list[str]:
     return units
 
 
+def _newest_dependency(deps: Path, fallback: float) -> float:
+    """The newest mtime among the files nvcc's dependency file (-MD) lists for a unit; `fallback` (the newest header
+    under csrc) when there is none yet. A listed file that is gone counts as new: the unit is rebuilt."""
+    if not deps.exists():
+        return fallback
+    text = deps.read_text().replace("\\\n", " ")
+    files = [f for f in text.partition(":")[2].split() if f]
+    try:
+        return max((Path(f).stat().st_mtime for f in files), default=fallback)
+    except OSError:
+        return float("inf")
+
+
 def _cutlass_include() -> str:
     import importlib.util
 
@@ -241,10 +254,12 @@ def _ext_modules():
                     obj = out_dir / (Path(src).stem + f".sm{arch.replace('.', '')}.o")
                     gencode = [f for a in [arch] + [x for x in ARCHS[arch].get("also_for", []) if x in archs]
                                for f in _gencode(a)]
+                    deps = obj.with_suffix(".d")
                     cmd = [nvcc, "-c", str(Path(src).resolve()), "-o", str(obj), *nvcc_common, *gencode,
                            "-Xcompiler", "-fPIC", "-I", _cutlass_include(), "-I", str(ROOT / CSRC),
-                           "-Xptxas", "-v", *defines, *ARCHS[arch].get("unit_flags", [])]
-                    fresh = obj.exists() and obj.stat().st_mtime > max(Path(src).stat().st_mtime, newest_header)
+                           "-Xptxas", "-v", *defines, *ARCHS[arch].get("unit_flags", []), "-MD", "-MF", str(deps)]
+                    fresh = obj.exists() and obj.stat().st_mtime > max(Path(src).stat().st_mtime,
+                                                                        _newest_dependency(deps, newest_header))
                     jobs.append((src, obj, cmd, fresh))
             todo = [j for j in jobs if not j[3]]
             parallel = max(1, int(os.environ.get("BLOCKFP8_ARCH_JOBS", "2")))

@@ -94,6 +94,9 @@ __device__ __forceinline__ void fragment_step(const uint4& w, const uint2& s, in
 //     next weight load. The buffer is reused for the partial sums at the end. X_VIA_L1: the copies keep x in L1
 //     (cp.async.ca), so the blocks on an SM, which walk the same K stages at about the same time, fetch each x stage
 //     from L2 once; .cg (false) bypasses L1, and at M = 16 x is 4x a stage's weight bytes (the probe times both).
+// U: stages whose weight and scale loads a lane issues together before decoding the first (more bytes in flight per
+//   SM; x keeps its one-stage pipeline). U = 2 was 3-11% faster than U = 1 and 1-4% faster than U = 4 (fp4/NOTES.md).
+// PREFETCH: the next group's loads are issued before this group decodes (two register buffers of U stages).
 // Partial tiles are summed through shared memory in a fixed order (deterministic). Tokens past M: the direct loads
 // re-read token M - 1 (in bounds, never stored); the staged copies skip them and their buffer rows are zeroed once
 // (cp.async with many lanes on one address ran at 1.7-3.5x the time of distinct rows: fp4/NOTES.md).
@@ -105,7 +108,8 @@ struct FragmentGemvSmem {
   static constexpr int kBytes = kXBytes > kPartialBytes ? kXBytes : kPartialBytes;
 };
 
-template <int KS, int MT, int MIN_BLOCKS, bool STAGE_X, typename T, bool X_VIA_L1 = true>
+template <int KS, int MT, int MIN_BLOCKS, bool STAGE_X, typename T, bool X_VIA_L1 = true, int U = 1,
+          bool PREFETCH = false>
 __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(const Args<T> a) {
   using Smem = FragmentGemvSmem<KS, MT, STAGE_X>;
   __shared__ __align__(128) uint8_t smem[Smem::kBytes];
@@ -159,44 +163,78 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
   if constexpr (STAGE_X) copy_x(my_stages > 0);
 
   float acc[MT][2][4] = {};  // two accumulators per token tile: consecutive steps do not wait on each other
-  for (int left = my_stages; left > 0; --left) {
-    const uint4 w = sm80::load_weight(wp);
-    const uint2 s = __ldg(sp);
-    uint32_t b[MT][8];
-    if constexpr (STAGE_X) {
-      sm80::cp_async_wait<0>();
-      __syncwarp();
+  // The weight and scale loads of a group of U stages (those of the `left` still to run), issued together.
+  auto load_group = [&](uint4(&w)[U], uint2(&s)[U], int left) {
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {  // steps 2q, 2q + 1: chunks 4q + j of the token row
-          const int j = lane >> 3, chunk = 4 * q + j;
-          const uint32_t row = uint32_t(mt * kMmaTokens) + ld_row;
-          uint32_t r[4];
-          sm80::ldmatrix_x4(r, x_base + row * 128 + 16 * (uint32_t(chunk) ^ ld_row));
-          b[mt][4 * q] = r[0], b[mt][4 * q + 1] = r[1], b[mt][4 * q + 2] = r[2], b[mt][4 * q + 3] = r[3];
-        }
-      __syncwarp();  // every lane's ldmatrix read the buffer before the next stage's copies overwrite it
-      copy_x(left > 1);
-    } else {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int q = 0; q < 8; ++q) b[mt][q] = __ldg(xp[mt] + 4 * q);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) xp[mt] += KS * kFragK / 2;
-    }
-    wp += KS * kFragBlockWords;
-    sp += KS * kFragScaleWords;
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t f[4];
-      fragment_step<T>(w, s, kk, f);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        float* d = acc[mt][kk & 1];
-        sm80::mma16816<T>(d[0], d[1], d[2], d[3], f[0], f[1], f[2], f[3], b[mt][2 * kk], b[mt][2 * kk + 1]);
+    for (int u = 0; u < U; ++u)
+      if (u < left) {
+        w[u] = sm80::load_weight(wp + u * KS * kFragBlockWords);
+        s[u] = __ldg(sp + u * KS * kFragScaleWords);
       }
+    wp += U * KS * kFragBlockWords;
+    sp += U * KS * kFragScaleWords;
+  };
+  // The group's stages in order: each stage's x (direct loads, or the staged buffer and the next stage's copies), the
+  // decode and the mma.
+  auto run_group = [&](const uint4(&w)[U], const uint2(&s)[U], int left) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (u >= left) break;
+      uint32_t b[MT][8];
+      if constexpr (STAGE_X) {
+        sm80::cp_async_wait<0>();
+        __syncwarp();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {  // steps 2q, 2q + 1: chunks 4q + j of the token row
+            const int j = lane >> 3, chunk = 4 * q + j;
+            const uint32_t row = uint32_t(mt * kMmaTokens) + ld_row;
+            uint32_t r[4];
+            sm80::ldmatrix_x4(r, x_base + row * 128 + 16 * (uint32_t(chunk) ^ ld_row));
+            b[mt][4 * q] = r[0], b[mt][4 * q + 1] = r[1], b[mt][4 * q + 2] = r[2], b[mt][4 * q + 3] = r[3];
+          }
+        __syncwarp();  // every lane's ldmatrix read the buffer before the next stage's copies overwrite it
+        copy_x(left - u > 1);
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int q = 0; q < 8; ++q) b[mt][q] = __ldg(xp[mt] + 4 * q);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) xp[mt] += KS * kFragK / 2;
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t f[4];
+        fragment_step<T>(w[u], s[u], kk, f);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          float* d = acc[mt][kk & 1];
+          sm80::mma16816<T>(d[0], d[1], d[2], d[3], f[0], f[1], f[2], f[3], b[mt][2 * kk], b[mt][2 * kk + 1]);
+        }
+      }
+    }
+  };
+  uint4 wa[U], wb[U];
+  uint2 sa[U], sb[U];
+  if constexpr (PREFETCH) {
+    // Two register buffers: the next group's loads are in flight while this group decodes, so a warp always has U
+    // stages' loads outstanding (without it: U at the group's start, none while its last stage decodes).
+    int left = my_stages;
+    load_group(wa, sa, left);
+    while (left > 0) {
+      load_group(wb, sb, left - U);
+      run_group(wa, sa, left);
+      if ((left -= U) <= 0) break;
+      load_group(wa, sa, left - U);
+      run_group(wb, sb, left);
+      left -= U;
+    }
+  } else {
+    for (int left = my_stages; left > 0; left -= U) {
+      load_group(wa, sa, left);
+      run_group(wa, sa, left);
     }
   }
 

@@ -135,20 +135,21 @@ void launch_gemv_mma_t(const Problem& p, cudaStream_t s) {
 // time on 4096x12288, staged 0.96x (fp4/NOTES.md).
 constexpr int64_t kFragmentDirectXMaxM = 3;
 
-template <int KS, int MT, int MINB, typename T>
+template <int KS, int MT, int MINB, int FRAG_U, typename T>
 void launch_gemv_fragment_t(const Problem& p, cudaStream_t s) {
   const unsigned grid = unsigned(p.n / kFragRows);
   if (p.m > kFragmentDirectXMaxM && rows_16byte_aligned(p.x, p.m, p.x_stride))
-    gemv_fragment_kernel<KS, MT, MINB, true, T><<<grid, 32 * KS, 0, s>>>(args<T>(p));
+    gemv_fragment_kernel<KS, MT, MINB, true, T, true, FRAG_U><<<grid, 32 * KS, 0, s>>>(args<T>(p));
   else
-    gemv_fragment_kernel<KS, MT, MINB, false, T><<<grid, 32 * KS, 0, s>>>(args<T>(p));
+    gemv_fragment_kernel<KS, MT, MINB, false, T, true, FRAG_U><<<grid, 32 * KS, 0, s>>>(args<T>(p));
 }
 
-template <int KS, int MT, int CT, int U, int MINB, int ACCS = 1>
+// CT, U, ACCS: the paired packing's kernel (gemv.cuh); FRAG_U: the stages per load group of the fragment kernel.
+template <int KS, int MT, int CT, int U, int MINB, int ACCS = 1, int FRAG_U = 1>
 cudaError_t launch_gemv_mma(const Problem& p, cudaStream_t s) {
   if (fragment(p))
-    p.bf16 ? launch_gemv_fragment_t<KS, MT, MINB, __nv_bfloat16>(p, s)
-           : launch_gemv_fragment_t<KS, MT, MINB, __half>(p, s);
+    p.bf16 ? launch_gemv_fragment_t<KS, MT, MINB, FRAG_U, __nv_bfloat16>(p, s)
+           : launch_gemv_fragment_t<KS, MT, MINB, FRAG_U, __half>(p, s);
   else if (p.bf16)
     paired(p) ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __nv_bfloat16>(p, s)
               : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __nv_bfloat16>(p, s);
@@ -221,8 +222,8 @@ cudaError_t launch_w4a16(const Problem& p, cudaStream_t s) {
 const char* dequant_rejects(const Problem& p) {
   if (!fragment(p)) return "the dequantize row reads the fragment packing only (the vLLM layer stores it on SM90)";
   if (reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0) return "the workspace must be 16-byte aligned";
-  // cuBLAS reads x: on a 2-byte aligned x its answer was 5% off the reference (H200), so the rule of the other
-  // tensor-core rows holds here too and such an x goes to the FMA row.
+  // On a 2-byte aligned x this row's answer was 5% off the reference (H200; the cause was not found), so the rule of
+  // the other tensor-core rows holds here too and such an x goes to the FMA row.
   if (!rows_16byte_aligned(p.x, p.m, p.x_stride)) return kRowsNot16ByteAligned;
   if ((p.n / kFragRows) * (p.k / kFragK) / kDequantWarps >= (int64_t(1) << 31)) return "the weight is too large";
   return nullptr;
@@ -281,16 +282,20 @@ struct Fp4Row {
 // Ordered: the first row with max_m >= M whose precondition holds wins. Numbers: H200, CUDA graphs,
 // weights rotated past L2, same run (fp4/NOTES.md).
 constexpr Fp4Row kRows[] = {
-    {{"fp4_gemv_mma_t8_ks8", 8, "decode on wide layers (> 2 16-row tiles per SM): 8-warp blocks, 4 resident per SM; "
-                                "gate_up 24576x4096 at M = 1 23.8 us vs 27.5 for 16-warp blocks"},
-     &gemv_wide_rejects<1>, &launch_gemv_mma<8, 1, 1, 1, 4>},
-    {{"fp4_gemv_mma_t8", 8, "decode: 16-warp blocks, two accumulators per tile; 4096x4096 6.3 us, 4096x12288 13.9 us"},
-     &gemv_mma_rejects<1>, &launch_gemv_mma<16, 1, 1, 1, 2, 2>},
-    {{"fp4_gemv_mma_t16_ks8", 16, "M = 9..16 on layers with >= 1.5 16-row tiles per SM: 8-warp blocks, 3 resident; "
-                                  "gate_up at M = 16 41.3 us vs 55.6"},
-     &gemv_wide_rejects<2>, &launch_gemv_mma<8, 2, 1, 1, 3>},
-    {{"fp4_gemv_mma_t16", 16, "M = 9..16: two 8-token tiles per weight read, 16-warp blocks"}, &gemv_mma_rejects<2>,
-     &launch_gemv_mma<16, 2, 1, 1, 1>},
+    {{"fp4_gemv_mma_t8_ks8", 8, "decode on wide layers (> 2 16-row tiles per SM): 8-warp blocks, 4 resident per SM, "
+                                "2 stages loaded at once; gate_up 24576x4096 at M = 1 23.8 us vs 27.5 for 16-warp "
+                                "blocks; 2 stages 1.64x the floor vs 1.77 for 1 (H100, geomean M = 1)"},
+     &gemv_wide_rejects<1>, &launch_gemv_mma<8, 1, 1, 1, 4, 1, 2>},
+    {{"fp4_gemv_mma_t8", 8, "decode: 16-warp blocks, 2 stages loaded at once; 1.87x the floor vs 1.96 for 1 stage "
+                            "(H100, geomean M = 1)"},
+     &gemv_mma_rejects<1>, &launch_gemv_mma<16, 1, 1, 1, 2, 2, 2>},
+    {{"fp4_gemv_mma_t16_ks8", 16, "M = 9..16 on layers with >= 1.5 16-row tiles per SM: 8-warp blocks, 3 resident, 2 "
+                                  "stages loaded at once; gate_up at M = 16 41.3 us vs 55.6; 2.14x the floor vs 2.32 "
+                                  "for 1 stage (H100, geomean M = 16)"},
+     &gemv_wide_rejects<2>, &launch_gemv_mma<8, 2, 1, 1, 3, 1, 2>},
+    {{"fp4_gemv_mma_t16", 16, "M = 9..16: two 8-token tiles per weight read, 16-warp blocks, 2 stages loaded at "
+                              "once; 3.17x the floor vs 3.46 for 1 stage (H100, geomean M = 16)"},
+     &gemv_mma_rejects<2>, &launch_gemv_mma<16, 2, 1, 1, 1, 1, 2>},
 #ifdef BLOCKFP8_HAS_SM90_GEMM
     // SM90 only (compute capability 9.0), the fragment packing only (the layer stores it there); the mma.sync rows
     // below stay the SM89 path and forced rows on SM90.
