@@ -135,21 +135,22 @@ void launch_gemv_mma_t(const Problem& p, cudaStream_t s) {
 // time on 4096x12288, staged 0.96x (fp4/NOTES.md).
 constexpr int64_t kFragmentDirectXMaxM = 3;
 
-template <int KS, int MT, int MINB, int FRAG_U, typename T>
+template <int KS, int MT, int MINB, int FRAG_U, bool FRAG_PF, typename T>
 void launch_gemv_fragment_t(const Problem& p, cudaStream_t s) {
   const unsigned grid = unsigned(p.n / kFragRows);
   if (p.m > kFragmentDirectXMaxM && rows_16byte_aligned(p.x, p.m, p.x_stride))
-    gemv_fragment_kernel<KS, MT, MINB, true, T, true, FRAG_U><<<grid, 32 * KS, 0, s>>>(args<T>(p));
+    gemv_fragment_kernel<KS, MT, MINB, true, T, true, FRAG_U, FRAG_PF><<<grid, 32 * KS, 0, s>>>(args<T>(p));
   else
-    gemv_fragment_kernel<KS, MT, MINB, false, T, true, FRAG_U><<<grid, 32 * KS, 0, s>>>(args<T>(p));
+    gemv_fragment_kernel<KS, MT, MINB, false, T, true, FRAG_U, FRAG_PF><<<grid, 32 * KS, 0, s>>>(args<T>(p));
 }
 
-// CT, U, ACCS: the paired packing's kernel (gemv.cuh); FRAG_U: the stages per load group of the fragment kernel.
-template <int KS, int MT, int CT, int U, int MINB, int ACCS = 1, int FRAG_U = 1>
+// CT, U, ACCS: the paired packing's kernel (gemv.cuh). FRAG_U, FRAG_PF: the fragment kernel's stages per load group
+// and whether the next group's loads are issued before this group decodes (fragment.cuh).
+template <int KS, int MT, int CT, int U, int MINB, int ACCS = 1, int FRAG_U = 1, bool FRAG_PF = false>
 cudaError_t launch_gemv_mma(const Problem& p, cudaStream_t s) {
   if (fragment(p))
-    p.bf16 ? launch_gemv_fragment_t<KS, MT, MINB, FRAG_U, __nv_bfloat16>(p, s)
-           : launch_gemv_fragment_t<KS, MT, MINB, FRAG_U, __half>(p, s);
+    p.bf16 ? launch_gemv_fragment_t<KS, MT, MINB, FRAG_U, FRAG_PF, __nv_bfloat16>(p, s)
+           : launch_gemv_fragment_t<KS, MT, MINB, FRAG_U, FRAG_PF, __half>(p, s);
   else if (p.bf16)
     paired(p) ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __nv_bfloat16>(p, s)
               : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __nv_bfloat16>(p, s);
@@ -283,19 +284,20 @@ struct Fp4Row {
 // weights rotated past L2, same run (fp4/NOTES.md).
 constexpr Fp4Row kRows[] = {
     {{"fp4_gemv_mma_t8_ks8", 8, "decode on wide layers (> 2 16-row tiles per SM): 8-warp blocks, 4 resident per SM, "
-                                "2 stages loaded at once; gate_up 24576x4096 at M = 1 23.8 us vs 27.5 for 16-warp "
-                                "blocks; 2 stages 1.64x the floor vs 1.77 for 1 (H100, geomean M = 1)"},
-     &gemv_wide_rejects<1>, &launch_gemv_mma<8, 1, 1, 1, 4, 1, 2>},
-    {{"fp4_gemv_mma_t8", 8, "decode: 16-warp blocks, 2 stages loaded at once; 1.87x the floor vs 1.96 for 1 stage "
-                            "(H100, geomean M = 1)"},
+                                "2-stage load groups, the next group in flight; gate_up 24576x4096 at M = 1 18.8 us "
+                                "vs 19.8 without prefetch and 21.3 for 1 stage (H200)"},
+     &gemv_wide_rejects<1>, &launch_gemv_mma<8, 1, 1, 1, 4, 1, 2, true>},
+    {{"fp4_gemv_mma_t8", 8, "decode: 16-warp blocks, 2-stage load groups (prefetch lost here: 4096x4096 5.5 us vs "
+                            "5.8); 2.49x the floor vs 2.69 for 1 stage (H200, 6 layers, M = 1)"},
      &gemv_mma_rejects<1>, &launch_gemv_mma<16, 1, 1, 1, 2, 2, 2>},
-    {{"fp4_gemv_mma_t16_ks8", 16, "M = 9..16 on layers with >= 1.5 16-row tiles per SM: 8-warp blocks, 3 resident, 2 "
-                                  "stages loaded at once; gate_up at M = 16 41.3 us vs 55.6; 2.14x the floor vs 2.32 "
-                                  "for 1 stage (H100, geomean M = 16)"},
+    {{"fp4_gemv_mma_t16_ks8", 16, "M = 9..16 on layers with >= 1.5 16-row tiles per SM: 8-warp blocks, 3 resident, "
+                                  "2-stage load groups; gate_up at M = 16 31.1 us vs 32.7 for 1 stage and 44.1 for "
+                                  "16-warp blocks (H200)"},
      &gemv_wide_rejects<2>, &launch_gemv_mma<8, 2, 1, 1, 3, 1, 2>},
-    {{"fp4_gemv_mma_t16", 16, "M = 9..16: two 8-token tiles per weight read, 16-warp blocks, 2 stages loaded at "
-                              "once; 3.17x the floor vs 3.46 for 1 stage (H100, geomean M = 16)"},
-     &gemv_mma_rejects<2>, &launch_gemv_mma<16, 2, 1, 1, 1, 1, 2>},
+    {{"fp4_gemv_mma_t16", 16, "M = 9..16: two 8-token tiles per weight read, 16-warp blocks, 2-stage load groups, the "
+                              "next group in flight; 4.21x the floor vs 4.42 without prefetch (H200, 6 layers, M = "
+                              "12)"},
+     &gemv_mma_rejects<2>, &launch_gemv_mma<16, 2, 1, 1, 1, 1, 2, true>},
 #ifdef BLOCKFP8_HAS_SM90_GEMM
     // SM90 only (compute capability 9.0), the fragment packing only (the layer stores it there); the mma.sync rows
     // below stay the SM89 path and forced rows on SM90.
