@@ -880,3 +880,32 @@ def test_vllm_bundle_carried_once_is_sourced_by_later_calls(tmp_path):
     assert _vllm_bundle(first, root) == (0, "kept")
     check = (ROOT / "dev" / "device" / "h200_check.sh").read_text()
     assert check.index("vllm_bundle") < check.index("pip install"), "unpack before the wheels go into the same site"
+
+
+def _setup_function(name: str):
+    """One top-level function of setup.py, without running setup.py (importing it would build the package)."""
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    scope = {"Path": Path}
+    exec(compile(ast.Module([node], []), "setup.py", "exec"), scope)
+    return scope[name]
+
+
+def test_an_arch_unit_is_stale_only_when_a_file_it_includes_changed(tmp_path):
+    """setup.py's freshness rule for the CUTLASS / mma.sync units: the newest file in nvcc's -MD list, the newest
+    csrc header before a unit has one, and a listed file that is gone forces a rebuild."""
+    newest = _setup_function("_newest_dependency")
+    old, new, other = tmp_path / "old.cuh", tmp_path / "new.cuh", tmp_path / "not_included.cuh"
+    for i, f in enumerate((old, new, other)):
+        f.write_text("")
+        os.utime(f, (1000 + 100 * i, 1000 + 100 * i))
+    deps = tmp_path / "unit.sm90a.d"
+    assert newest(deps, 42.0) == 42.0  # no list yet: the caller's fallback
+    deps.write_text(f"{tmp_path}/unit.sm90a.o : {old} \\\n    {new}\n")
+    assert newest(deps, 42.0) == 1100  # other.cuh (1200) is not in the list
+    os.utime(old, (5000, 5000))
+    assert newest(deps, 42.0) == 5000
+    new.unlink()
+    assert newest(deps, 42.0) == float("inf")

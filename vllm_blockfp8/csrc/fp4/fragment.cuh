@@ -95,8 +95,9 @@ __device__ __forceinline__ void fragment_step(const uint4& w, const uint2& s, in
 //     (cp.async.ca), so the blocks on an SM, which walk the same K stages at about the same time, fetch each x stage
 //     from L2 once; .cg (false) bypasses L1, and at M = 16 x is 4x a stage's weight bytes (the probe times both).
 // U: stages whose weight and scale loads a lane issues together before decoding the first (more bytes in flight per
-//   SM; x keeps its one-stage pipeline). U = 2 was 3-11% faster than U = 1 and 1-4% faster than U = 4 (fp4/NOTES.md).
-// PREFETCH: the next group's loads are issued before this group decodes (two register buffers of U stages).
+//   SM; x keeps its one-stage pipeline). PREFETCH: the next group's loads are issued before this group decodes (two
+//   register buffers of U stages). On the H200 probe U = 2 took 0.91-0.93x U = 1's time and U = 4 gained nothing
+//   more; prefetch 0.95-0.97x on top where the table uses it (fp4/NOTES.md).
 // Partial tiles are summed through shared memory in a fixed order (deterministic). Tokens past M: the direct loads
 // re-read token M - 1 (in bounds, never stored); the staged copies skip them and their buffer rows are zeroed once
 // (cp.async with many lanes on one address ran at 1.7-3.5x the time of distinct rows: fp4/NOTES.md).
