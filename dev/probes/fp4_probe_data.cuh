@@ -1,7 +1,8 @@
 // Host-side data of the NVFP4 GEMV probe (fp4_frag_gemv_probe.cu): NVFP4 codes and scales decoded to float, the fp32
-// reference kernel every variant is checked against, the two packings it times (paired bytes with e4m3 scales; the
-// fragment packing with exp8 scales, vllm_blockfp8/csrc/fp4/fragment.cuh: the host twin of
-// reference.fragment_nvfp4_weight), random inputs, and the copy rate the floor uses.
+// reference kernel every variant is checked against, the fragment packing it times (exp8 scales,
+// vllm_blockfp8/csrc/fp4/fragment.cuh: the host twin of reference.fragment_nvfp4_weight, built from the paired words;
+// the paired copy is still uploaded, unused since the probe stopped timing it), random inputs, and the copy rate the
+// floor uses.
 #pragma once
 
 #include <cuda_bf16.h>
