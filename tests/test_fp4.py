@@ -99,10 +99,22 @@ def _layer(n: int, k: int) -> str:
     return ops.nvfp4_layer_packing(n, k)
 
 
+WGMMA_64 = "fp4_wgmma_128x64"
+
+
+def _defers(name: str, m: int, n: int, k: int, packing: str) -> bool:
+    """Selection only (sm80.cu, gemv_t16_defers; a forced row still runs): at M = 9..16 with K >= 12288 or K <= 512 the
+    two-token-tile GEMV rows yield to the wgmma 128x64 row where it takes the problem."""
+    return (name in ("fp4_gemv_mma_t16_ks8", "fp4_gemv_mma_t16") and m > 8 and (k >= 12288 or k <= 512)
+            and WGMMA_64 in ROW_NAMES and _row_accepts(WGMMA_64, m, n, k, packing))
+
+
 def _pick(m: int, n: int, k: int, packing: str) -> str:
-    """The row the op picks for a weight in ``packing``: the first row with max_m >= M that takes the problem."""
+    """The row the op picks for a weight in ``packing``: the first row with max_m >= M that takes the problem and
+    does not defer it."""
     return next(r["name"] for r in _table()
-                if (r["max_m"] is None or m <= r["max_m"]) and _row_accepts(r["name"], m, n, k, packing))
+                if (r["max_m"] is None or m <= r["max_m"]) and _row_accepts(r["name"], m, n, k, packing)
+                and not _defers(r["name"], m, n, k, packing))
 
 
 @functools.lru_cache(maxsize=None)
@@ -176,6 +188,25 @@ def test_selection_follows_table(shape, m):
     assert ops.selected_row("nvfp4", m, shape.n, shape.k) == want
     if torch.cuda.get_device_capability() == (9, 0) and _layer(shape.n, shape.k) == "fragment":
         assert (want == DEQUANT_ROW) == (m >= DEQUANT_MIN_M), f"M={m}: {want}"  # wgmma below, dequantize above
+
+
+@pytest.mark.parametrize("m", (8, 9, 12, 16, 17))
+@pytest.mark.parametrize("n,k", ((256, 12288), (256, 512), (256, 4096), (4352, 512)))
+def test_m9_16_long_or_short_k_selection(n, k, m):
+    """At M = 9..16 on SM90 (the fragment packing) K >= 12288 and K <= 512 go to the wgmma 128x64 row, other K stay on
+    the GEMV; the GEMV rows still run there when forced, and the selected row is checked against the reference."""
+    packing = _layer(n, k)
+    want = _pick(m, n, k, packing)
+    assert ops.selected_row("nvfp4", m, n, k) == want
+    sm90_fragment = WGMMA_64 in ROW_NAMES and packing == "fragment"
+    if sm90_fragment and 9 <= m <= 16:
+        assert (want == WGMMA_64) == (k >= 12288 or k <= 512), want
+    x, w = _x(m, k, torch.bfloat16), _weight(n, k)
+    _check(x, *w, what=f"selected {want} M={m} N={n} K={k}")
+    if want == WGMMA_64:
+        for row in ("fp4_gemv_mma_t16_ks8", "fp4_gemv_mma_t16"):
+            if _row_accepts(row, m, n, k, packing):
+                _check(x, *w, row=row, what=f"forced {row} M={m} N={n} K={k}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,9 +329,10 @@ def test_wgmma_rows_ragged_and_long_k(row, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_fragment_gemv_x_direct_and_staged(dtype):
-    """The fragment GEMV takes x in 4-byte pieces up to M = 3 and through shared memory (cp.async + ldmatrix) above,
-    where x rows are 16-byte aligned; with 4-byte aligned rows it keeps the pieces. Every M of both GEMV token tiles,
-    both x alignments, 16-warp and 8-warp blocks (a wide layer)."""
+    """The fragment GEMV takes x in 4-byte pieces up to M = 3 (at M = 1, 16-byte aligned: copied once per block into
+    shared memory) and through shared memory (cp.async + ldmatrix) above, where x rows are 16-byte aligned; with
+    4-byte aligned rows it keeps the pieces. Every M of both GEMV token tiles, both x alignments, 16-warp and 8-warp
+    blocks (a wide layer)."""
     for n, k in ((384, 1024), (4352, 2048)):
         w = _weight(n, k)
         for m in range(1, 17):
@@ -311,6 +343,19 @@ def test_fragment_gemv_x_direct_and_staged(dtype):
                     if row.startswith("fp4_gemv_mma_") and _row_accepts(row, m, n, k, "fragment"):
                         _check(x, *w, row=row, what=f"{row} M={m} N={n} x % 16 = {x.data_ptr() % 16}",
                                packing="fragment")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fragment_gemv_block_x_bound(dtype):
+    """At M = 1 the block-staged x takes up to 40 KB of shared memory (K <= 20480); one stage past it the GEMV rows
+    take x from L1. Both sides, 8- and 16-warp blocks, all-positive operands (a misplaced pair of x adds up)."""
+    for n in (384, 4352):
+        for k in (20480, 20544):
+            w = _weight(n, k, positive=True)
+            x = _x(1, k, dtype, positive=True)
+            for row in ("fp4_gemv_mma_t8_ks8", "fp4_gemv_mma_t8"):
+                if _row_accepts(row, 1, n, k, "fragment"):
+                    _check(x, *w, row=row, what=f"{row} N={n} K={k}", packing="fragment")
 
 
 def test_fragment_packing_zero_scale_groups():

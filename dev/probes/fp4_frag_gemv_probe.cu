@@ -18,9 +18,11 @@
 //     ceiling, not a twin. Timed at every M; above M = 3 their x is still the direct path's (each 4-byte load
 //     touches up to 8 token rows), not the staged copies the GEMV makes there.
 //   <row>_u<U>: sm80.cu's table rows, t8_ks8 (KS 8, MT 1, MIN_BLOCKS 4), t8 (16, 1, 2), t16_ks8 (8, 2, 3), t16
-//     (16, 2, 1), at U = 1, 2, 4 (t16_ks8: 1, 2); x direct up to M = 3 and staged above (cp.async.ca), as
-//     launch_gemv_fragment_t chooses (the probe's x rows are 16-byte aligned). <row>_u<U>p: the same with PREFETCH
-//     (the next group's loads issued before this group decodes: two register buffers of U stages).
+//     (16, 2, 1), at U = 2; x direct up to M = 3 and staged per warp above (cp.async.ca), as
+//     launch_gemv_fragment_t chooses (the probe's x rows are 16-byte aligned). A "p" suffix: PREFETCH (the next
+//     group's loads issued before this group decodes: two register buffers of U stages). A "_bx" suffix: at M = 1 x
+//     copied once per block into shared memory in a lane's order (fragment.cuh, kBlockStaged) instead of the 8 4-byte
+//     L1 loads per lane and stage: the question is what those loads and their addresses cost at decode.
 //
 // Method. Registers, local memory and resident blocks per SM of every kernel are printed first (local memory in
 // a GEMV is a spill: a defect). Each GEMV is checked against the fp32 reference at N = 512, K = 1088 and 4160 (17
@@ -124,51 +126,51 @@ const void* read_kernel(bool) {
   return reinterpret_cast<const void*>(&frag_read_kernel<KS, MINB>);
 }
 
-// A table row (sm80.cu: launch_gemv_fragment_t) with U stages per load group; x direct or staged by M as there.
-template <int KS, int MT, int MINB, int U, bool PF>
+// A table row (sm80.cu: launch_gemv_fragment_t) with U stages per load group; x staged per warp above M = 3, direct
+// up to M = 3 but (BX) at M = 1, staged once per block there (the probe's K all fit the table's 40 KB).
+template <int KS, int MT, int MINB, int U, bool PF, bool BX>
 void launch_frag(const Operands& o, const bf16* x, const float* gs, bf16* out, int m, int n, int k, cudaStream_t st) {
   const Args<bf16> a{x, o.frag, o.frag_x8, gs, 1, nullptr, out, m, n, k, k, n};
   const unsigned grid = unsigned(n / kFragRows);
   if (m > kDirectXMaxM)
-    gemv_fragment_kernel<KS, MT, MINB, true, bf16, true, U, PF><<<grid, 32 * KS, 0, st>>>(a);
+    gemv_fragment_kernel<KS, MT, MINB, XPath::kWarpStaged, bf16, true, U, PF><<<grid, 32 * KS, 0, st>>>(a);
+  else if (BX && MT == 1 && m == 1)
+    gemv_fragment_kernel<KS, MT, MINB, BX && MT == 1 ? XPath::kBlockStaged : XPath::kDirect, bf16, true, U, PF>
+        <<<grid, 32 * KS, size_t(block_x_bytes(k)), st>>>(a);
   else
-    gemv_fragment_kernel<KS, MT, MINB, false, bf16, true, U, PF><<<grid, 32 * KS, 0, st>>>(a);
+    gemv_fragment_kernel<KS, MT, MINB, XPath::kDirect, bf16, true, U, PF><<<grid, 32 * KS, 0, st>>>(a);
 }
 
-template <int KS, int MT, int MINB, int U, bool PF>
+template <int KS, int MT, int MINB, int U, bool PF, bool BX>
 const void* frag_kernel(bool staged) {
-  return staged ? reinterpret_cast<const void*>(&gemv_fragment_kernel<KS, MT, MINB, true, bf16, true, U, PF>)
-                : reinterpret_cast<const void*>(&gemv_fragment_kernel<KS, MT, MINB, false, bf16, true, U, PF>);
+  constexpr XPath kSmallM = BX && MT == 1 ? XPath::kBlockStaged : XPath::kDirect;
+  constexpr XPath kPath[2] = {kSmallM, XPath::kWarpStaged};
+  return staged ? reinterpret_cast<const void*>(&gemv_fragment_kernel<KS, MT, MINB, kPath[1], bf16, true, U, PF>)
+                : reinterpret_cast<const void*>(&gemv_fragment_kernel<KS, MT, MINB, kPath[0], bf16, true, U, PF>);
 }
 
 #define PROBE_READ(KS, MINB) \
   { "read_ks" #KS, KS, 0, &launch_read<KS, MINB>, &read_kernel<KS, MINB> }
 #define PROBE_ROW(NAME, KS, MT, MINB, U) \
-  { NAME "_u" #U, KS, MT, &launch_frag<KS, MT, MINB, U, false>, &frag_kernel<KS, MT, MINB, U, false> }
+  { NAME "_u" #U, KS, MT, &launch_frag<KS, MT, MINB, U, false, false>, &frag_kernel<KS, MT, MINB, U, false, false> }
 #define PROBE_ROW_PF(NAME, KS, MT, MINB, U) \
-  { NAME "_u" #U "p", KS, MT, &launch_frag<KS, MT, MINB, U, true>, &frag_kernel<KS, MT, MINB, U, true> }
+  { NAME "_u" #U "p", KS, MT, &launch_frag<KS, MT, MINB, U, true, false>, &frag_kernel<KS, MT, MINB, U, true, false> }
+#define PROBE_ROW_BX(NAME, KS, MT, MINB, U, PF, SUFFIX) \
+  { NAME "_u" #U SUFFIX, KS, MT, &launch_frag<KS, MT, MINB, U, PF, true>, &frag_kernel<KS, MT, MINB, U, PF, true> }
 
 // The reads first: each point's GEMV times are divided by the read timed just before them.
 const Variant kVariants[] = {
     PROBE_READ(8, 4),
     PROBE_READ(16, 2),
-    PROBE_ROW("t8_ks8", 8, 1, 4, 1),
     PROBE_ROW("t8_ks8", 8, 1, 4, 2),
-    PROBE_ROW("t8_ks8", 8, 1, 4, 4),
-    PROBE_ROW_PF("t8_ks8", 8, 1, 4, 1),
     PROBE_ROW_PF("t8_ks8", 8, 1, 4, 2),
-    PROBE_ROW("t8", 16, 1, 2, 1),
+    PROBE_ROW_BX("t8_ks8", 8, 1, 4, 2, true, "p_bx"),
+    PROBE_ROW_BX("t8_ks8", 8, 1, 4, 2, false, "_bx"),
     PROBE_ROW("t8", 16, 1, 2, 2),
-    PROBE_ROW("t8", 16, 1, 2, 4),
-    PROBE_ROW_PF("t8", 16, 1, 2, 1),
     PROBE_ROW_PF("t8", 16, 1, 2, 2),
-    PROBE_ROW("t16_ks8", 8, 2, 3, 1),
+    PROBE_ROW_BX("t8", 16, 1, 2, 2, false, "_bx"),
+    PROBE_ROW_BX("t8", 16, 1, 2, 2, true, "p_bx"),
     PROBE_ROW("t16_ks8", 8, 2, 3, 2),
-    PROBE_ROW_PF("t16_ks8", 8, 2, 3, 1),
-    PROBE_ROW("t16", 16, 2, 1, 1),
-    PROBE_ROW("t16", 16, 2, 1, 2),
-    PROBE_ROW("t16", 16, 2, 1, 4),
-    PROBE_ROW_PF("t16", 16, 2, 1, 1),
     PROBE_ROW_PF("t16", 16, 2, 1, 2),
 };
 constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
@@ -176,6 +178,7 @@ constexpr int kNumVariants = int(sizeof(kVariants) / sizeof(kVariants[0]));
 #undef PROBE_READ
 #undef PROBE_ROW
 #undef PROBE_ROW_PF
+#undef PROBE_ROW_BX
 
 constexpr int kMs[] = {1, 4, 8, 12, 16};
 constexpr int kNumMs = int(sizeof(kMs) / sizeof(kMs[0]));

@@ -82,11 +82,17 @@ __device__ __forceinline__ void fragment_step(const uint4& w, const uint2& s, in
 // ------------------------------------------------------------------------------------------
 // Decode GEMV: a block of KS warps owns one 16-row tile; warp w takes stages w, w + KS, ... (one 16-byte load per
 // lane per stage), MT 8-token tiles (M <= 8 MT). The B fragment of step kk is x[token g] at k 2t, 2t + 1 and
-// 2t + 8, 2t + 9 (pairs t, t + 4, ..., t + 28 of the stage), two ways:
-//   STAGE_X = false: 8 4-byte loads per lane per stage, from L1. Cheapest while the lane groups share few token rows
+// 2t + 8, 2t + 9 (pairs t, t + 4, ..., t + 28 of the stage: b[q] is pair t + 4 q), three ways (XPath):
+//   kDirect: 8 4-byte loads per lane per stage, from L1. Cheapest while the lane groups share few token rows
 //     (the product: M <= 3; tokens past M re-read the last); at M = 8 each load touches 8 rows (1.06-1.31x the
 //     row-contiguous GEMV's time, 1.15-1.55x at M = 16: fp4/NOTES.md).
-//   STAGE_X = true: the warp copies its stage's x rows ([8 MT tokens][64], 128-byte rows, 16-byte chunk c of row r at
+//   kBlockStaged (M = 1): the block copies x into shared memory once, before its first stage (the first weight
+//     loads already in flight), permuted so that a lane's 8 pairs of a stage are contiguous: pair p of stage s at word
+//     32 s + 8 (p % 4) + p / 4. A stage's x is then 2 16-byte shared loads per lane (the 4 t slots: 4 distinct 16-byte
+//     pieces, conflict-free) in place of 8 4-byte L1 loads and their addresses: 7-8% fewer instructions per stage.
+//     At M = 3 (three rows to copy before the first stage, lane groups on different rows) it was slower than direct
+//     loads (fp4/NOTES.md). Needs 16-byte aligned x and block_x_bytes(K) of dynamic shared memory.
+//   kWarpStaged: the warp copies its stage's x rows ([8 MT tokens][64], 128-byte rows, 16-byte chunk c of row r at
 //     chunk c ^ (r % 8): no bank conflicts) into its own shared buffer with 16-byte cp.async (2 MT per lane), and two
 //     ldmatrix.x4 per token tile give the 8 B registers (matrix (step kk, half h) = x[tokens][16 kk + 8 h, + 8): lane
 //     (g, t) receives row g, elements 2t, 2t + 1 of each). One buffer, software-pipelined: the next stage's copies
@@ -102,32 +108,41 @@ __device__ __forceinline__ void fragment_step(const uint4& w, const uint2& s, in
 // re-read token M - 1 (in bounds, never stored); the staged copies skip them and their buffer rows are zeroed once
 // (cp.async with many lanes on one address ran at 1.7-3.5x the time of distinct rows: fp4/NOTES.md).
 // ------------------------------------------------------------------------------------------
-template <int KS, int MT, bool STAGE_X>
+enum class XPath { kDirect, kBlockStaged, kWarpStaged };
+
+// kBlockStaged: the dynamic shared memory it takes (x's one row).
+__host__ __device__ constexpr int64_t block_x_bytes(int64_t k) { return 2 * k; }
+
+template <int KS, int MT, XPath XP>
 struct FragmentGemvSmem {
-  static constexpr int kPartialBytes = KS * MT * 4 * 32 * 4;          // [KS][MT * 4][32] fp32
-  static constexpr int kXBytes = STAGE_X ? KS * MT * kMmaTokens * kFragK * 2 : 0;  // [KS][8 MT][64] 16-bit
+  static constexpr int kPartialBytes = KS * MT * 4 * 32 * 4;  // [KS][MT * 4][32] fp32
+  static constexpr int kXBytes =
+      XP == XPath::kWarpStaged ? KS * MT * kMmaTokens * kFragK * 2 : 0;  // [KS][8 MT][64] 16-bit
   static constexpr int kBytes = kXBytes > kPartialBytes ? kXBytes : kPartialBytes;
 };
 
-template <int KS, int MT, int MIN_BLOCKS, bool STAGE_X, typename T, bool X_VIA_L1 = true, int U = 1,
+template <int KS, int MT, int MIN_BLOCKS, XPath XP, typename T, bool X_VIA_L1 = true, int U = 1,
           bool PREFETCH = false>
 __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(const Args<T> a) {
-  using Smem = FragmentGemvSmem<KS, MT, STAGE_X>;
+  static_assert(XP != XPath::kBlockStaged || MT == 1, "block-staged x is the M = 1 path");
+  constexpr bool STAGE_X = XP == XPath::kWarpStaged;
+  using Smem = FragmentGemvSmem<KS, MT, XP>;
   __shared__ __align__(128) uint8_t smem[Smem::kBytes];
+  extern __shared__ __align__(16) uint32_t block_x[];  // kBlockStaged: [K / 2] words, permuted (above)
   float(*partial)[MT * 4][32] = reinterpret_cast<float(*)[MT * 4][32]>(smem);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
   const int tile = blockIdx.x, stages = a.k / kFragK;
   const uint4* wp = reinterpret_cast<const uint4*>(a.b) + (int64_t(tile) * stages + warp) * kFragBlockWords + lane;
   const uint2* sp = reinterpret_cast<const uint2*>(a.b_scale) + (int64_t(tile) * stages + warp) * kFragScaleWords + g;
-  // STAGE_X = false: x of token mt * 8 + g as 4-byte pairs, at pair t of the warp's first stage.
-  // STAGE_X = true: this lane's 2 MT copies (token row xr = (lane + 32 i) / 8, chunk xc = lane % 8), and its
+  // kDirect: x of token mt * 8 + g as 4-byte pairs, at pair t of the warp's first stage.
+  // kWarpStaged: this lane's 2 MT copies (token row xr = (lane + 32 i) / 8, chunk xc = lane % 8), and its
   // ldmatrix row address (matrix j = lane / 8: step 2 q + j / 2, half j % 2; row lane % 8).
   const uint32_t* xp[MT];
   constexpr int kCopies = STAGE_X ? 2 * MT : 1;
   const T* x_src[kCopies];
   uint32_t x_dst[kCopies];
   uint32_t x_base = 0, ld_row = 0;
-  int live_copies = 0;  // STAGE_X: copy i of this lane holds token row (lane >> 3) + 4 i, a row < M for i < live_copies
+  int live_copies = 0;  // kWarpStaged: copy i of this lane holds token row (lane >> 3) + 4 i, a row < M if i < this
   if constexpr (STAGE_X) {
     live_copies = (a.m - (lane >> 3) + 3) >> 2;
     x_base = sm80::smem_addr(smem) + uint32_t(warp) * (MT * kMmaTokens * kFragK * 2);
@@ -139,14 +154,28 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
       if (i >= live_copies) sm80::st_shared_zero16(x_dst[i]);  // never copied: zeroed once (columns never stored)
     }
     ld_row = uint32_t(lane & 7);
-  } else {
+  } else if constexpr (XP == XPath::kDirect) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
       xp[mt] = reinterpret_cast<const uint32_t*>(a.x + int64_t(min(mt * kMmaTokens + g, a.m - 1)) * a.x_stride +
                                                  warp * kFragK) + (lane & 3);
   }
+  // kBlockStaged: this lane's 8 words of its warp's first stage (slot t).
+  const uint4* xs = reinterpret_cast<const uint4*>(block_x + 32 * warp + 8 * (lane & 3));
+  // kBlockStaged: the copy of x into block_x (16-byte loads, each scattered to 4 words), before the first stage.
+  auto stage_block_x = [&]() {
+    if constexpr (XP == XPath::kBlockStaged) {
+      const uint4* src = reinterpret_cast<const uint4*>(a.x);
+      for (int c = threadIdx.x; c < a.k / 8; c += 32 * KS) {  // chunk c: pairs 4 c .. 4 c + 3
+        const uint4 v = __ldg(src + c);
+        uint32_t* d = block_x + 32 * (c >> 3) + (c & 7);  // pair 4 c + j: stage c / 8, slot j, word c % 8
+        d[0] = v.x, d[8] = v.y, d[16] = v.z, d[24] = v.w;
+      }
+      __syncthreads();
+    }
+  };
 
-  // STAGE_X: the copies of the warp's next stage into its buffer (none past its last stage).
+  // kWarpStaged: the copies of the warp's next stage into its buffer (none past its last stage).
   auto copy_x = [&](bool more) {
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
@@ -197,6 +226,11 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
           }
         __syncwarp();  // every lane's ldmatrix read the buffer before the next stage's copies overwrite it
         copy_x(left - u > 1);
+      } else if constexpr (XP == XPath::kBlockStaged) {
+        const uint4 lo = xs[0], hi = xs[1];
+        b[0][0] = lo.x, b[0][1] = lo.y, b[0][2] = lo.z, b[0][3] = lo.w;
+        b[0][4] = hi.x, b[0][5] = hi.y, b[0][6] = hi.z, b[0][7] = hi.w;
+        xs += KS * 8;  // KS stages of 32 words
       } else {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -224,6 +258,7 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
     // stages' loads outstanding (without it: U at the group's start, none while its last stage decodes).
     int left = my_stages;
     load_group(wa, sa, left);
+    stage_block_x();
     while (left > 0) {
       load_group(wb, sb, left - U);
       run_group(wa, sa, left);
@@ -233,9 +268,12 @@ __global__ void __launch_bounds__(32 * KS, MIN_BLOCKS) gemv_fragment_kernel(cons
       left -= U;
     }
   } else {
-    for (int left = my_stages; left > 0; left -= U) {
-      load_group(wa, sa, left);
+    int left = my_stages;
+    load_group(wa, sa, left);
+    stage_block_x();  // every thread, before any warp leaves for its stages (a warp may have none)
+    while (left > 0) {
       run_group(wa, sa, left);
+      if ((left -= U) > 0) load_group(wa, sa, left);
     }
   }
 

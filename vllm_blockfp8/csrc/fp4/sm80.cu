@@ -133,24 +133,42 @@ void launch_gemv_mma_t(const Problem& p, cudaStream_t s) {
 // 4-byte pieces up to M = 3 (the lane groups share token rows; at M = 1 0.88-1.04x the staged time), staged through
 // shared memory above (16-byte aligned x rows; else the 4-byte pieces): at M = 4 direct took 1.06x the paired GEMV's
 // time on 4096x12288, staged 0.96x (fp4/NOTES.md).
+// BLOCK_X: at M = 1 the block copies x once into shared memory, permuted to a lane's order (fragment.cuh,
+// kBlockStaged), always with prefetch, where it takes at most 40 KB (K <= 20480): with the <= 8 KB of partial sums
+// under the 48 KB a block gets without an opt-in attribute, and 4 such blocks still fit an SM. On the H100 probe at
+// M = 1 it took 0.93-0.97x the time of the direct x loads on all 6 layers, for both GEMV rows (t8 with prefetch only
+// there: at M = 2..8 prefetch was mixed on its layers).
 constexpr int64_t kFragmentDirectXMaxM = 3;
+constexpr int64_t kBlockXMaxBytes = 40 * 1024;
 
-template <int KS, int MT, int MINB, int FRAG_U, bool FRAG_PF, typename T>
+template <int KS, int MT, int MINB, int FRAG_U, bool FRAG_PF, bool BLOCK_X, typename T>
 void launch_gemv_fragment_t(const Problem& p, cudaStream_t s) {
   const unsigned grid = unsigned(p.n / kFragRows);
-  if (p.m > kFragmentDirectXMaxM && rows_16byte_aligned(p.x, p.m, p.x_stride))
-    gemv_fragment_kernel<KS, MT, MINB, true, T, true, FRAG_U, FRAG_PF><<<grid, 32 * KS, 0, s>>>(args<T>(p));
-  else
-    gemv_fragment_kernel<KS, MT, MINB, false, T, true, FRAG_U, FRAG_PF><<<grid, 32 * KS, 0, s>>>(args<T>(p));
+  const bool aligned = rows_16byte_aligned(p.x, p.m, p.x_stride);
+  if (p.m > kFragmentDirectXMaxM && aligned) {
+    gemv_fragment_kernel<KS, MT, MINB, XPath::kWarpStaged, T, true, FRAG_U, FRAG_PF>
+        <<<grid, 32 * KS, 0, s>>>(args<T>(p));
+    return;
+  }
+  if constexpr (BLOCK_X && MT == 1) {
+    if (p.m == 1 && aligned && block_x_bytes(p.k) <= kBlockXMaxBytes) {
+      gemv_fragment_kernel<KS, MT, MINB, XPath::kBlockStaged, T, true, FRAG_U, true>
+          <<<grid, 32 * KS, size_t(block_x_bytes(p.k)), s>>>(args<T>(p));
+      return;
+    }
+  }
+  gemv_fragment_kernel<KS, MT, MINB, XPath::kDirect, T, true, FRAG_U, FRAG_PF><<<grid, 32 * KS, 0, s>>>(args<T>(p));
 }
 
-// CT, U, ACCS: the paired packing's kernel (gemv.cuh). FRAG_U, FRAG_PF: the fragment kernel's stages per load group
-// and whether the next group's loads are issued before this group decodes (fragment.cuh).
-template <int KS, int MT, int CT, int U, int MINB, int ACCS = 1, int FRAG_U = 1, bool FRAG_PF = false>
+// CT, U, ACCS: the paired packing's kernel (gemv.cuh). FRAG_U, FRAG_PF, BLOCK_X: the fragment kernel's stages per load
+// group, whether the next group's loads are issued before this group decodes, and x staged once per block at M = 1
+// (fragment.cuh).
+template <int KS, int MT, int CT, int U, int MINB, int ACCS = 1, int FRAG_U = 1, bool FRAG_PF = false,
+          bool BLOCK_X = false>
 cudaError_t launch_gemv_mma(const Problem& p, cudaStream_t s) {
   if (fragment(p))
-    p.bf16 ? launch_gemv_fragment_t<KS, MT, MINB, FRAG_U, FRAG_PF, __nv_bfloat16>(p, s)
-           : launch_gemv_fragment_t<KS, MT, MINB, FRAG_U, FRAG_PF, __half>(p, s);
+    p.bf16 ? launch_gemv_fragment_t<KS, MT, MINB, FRAG_U, FRAG_PF, BLOCK_X, __nv_bfloat16>(p, s)
+           : launch_gemv_fragment_t<KS, MT, MINB, FRAG_U, FRAG_PF, BLOCK_X, __half>(p, s);
   else if (p.bf16)
     paired(p) ? launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, true, __nv_bfloat16>(p, s)
               : launch_gemv_mma_t<KS, MT, CT, U, MINB, ACCS, false, __nv_bfloat16>(p, s);
@@ -260,6 +278,15 @@ size_t wgmma_workspace(const Problem& p) {
   return sm90::w4a16_wgmma_workspace(TOK, p);
 }
 
+// Selection only (a forced GEMV row still runs): at M = 9..16, K >= 12288 or K <= 512, the two-token-tile GEMV rows
+// yield to the wgmma 128x64 row where it takes the problem. Measured (fp4/NOTES.md): 0.73-0.77x the GEMV's time on
+// 7168x16384 (448 16-row tiles on 396 t16_ks8 slots: a short second wave of long blocks; the wgmma row splits K over
+// idle SMs) and 32768x512 (one stage per warp), 0.92-0.97x on 4096x12288; slower on the other layers.
+const char* gemv_t16_defers(const Problem& p) {
+  if (p.m <= kMmaTokens || (p.k < 12288 && p.k > 512)) return nullptr;
+  return wgmma_rejects<64>(p) == nullptr ? "long or 512-deep K at M = 9..16: the wgmma 128x64 row is faster" : nullptr;
+}
+
 template <int TOK>
 cudaError_t launch_wgmma(const Problem& p, cudaStream_t s) {
   if (const cudaError_t err = sm90::launch_w4a16_wgmma(TOK, p, s); err != cudaSuccess) return err;
@@ -278,26 +305,35 @@ struct Fp4Row {
   Check check;  // the row's own precondition, after the checks every row shares
   Launcher launch;
   Workspace workspace = &no_workspace;
+  Check defers = &accepts_all;  // selection only: a reason to let a later row take a problem this row accepts
 };
 
-// Ordered: the first row with max_m >= M whose precondition holds wins. Numbers: H200, CUDA graphs,
-// weights rotated past L2, same run (fp4/NOTES.md).
+#ifdef BLOCKFP8_HAS_SM90_GEMM
+constexpr Check kGemvT16Defers = &gemv_t16_defers;
+#else
+constexpr Check kGemvT16Defers = &accepts_all;
+#endif
+
+// Ordered: the first row with max_m >= M whose precondition holds and that does not defer wins. Numbers: H200, CUDA
+// graphs, weights rotated past L2, same run (fp4/NOTES.md).
 constexpr Fp4Row kRows[] = {
     {{"fp4_gemv_mma_t8_ks8", 8, "decode on wide layers (> 2 16-row tiles per SM): 8-warp blocks, 4 resident per SM, "
-                                "2-stage load groups, the next group in flight; gate_up 24576x4096 at M = 1 18.8 us "
-                                "vs 19.8 without prefetch and 21.3 for 1 stage (H200)"},
-     &gemv_wide_rejects<1>, &launch_gemv_mma<8, 1, 1, 1, 4, 1, 2, true>},
+                                "2-stage load groups, the next group in flight, at M = 1 x staged once per block; "
+                                "gate_up 24576x4096 at M = 1 18.8 us vs 19.8 without prefetch and 21.3 for 1 stage "
+                                "(H200), 21.1 vs 21.7 with x from L1 (H100)"},
+     &gemv_wide_rejects<1>, &launch_gemv_mma<8, 1, 1, 1, 4, 1, 2, true, true>},
     {{"fp4_gemv_mma_t8", 8, "decode: 16-warp blocks, 2-stage load groups (prefetch lost here: 4096x4096 5.5 us vs "
-                            "5.8); 2.49x the floor vs 2.69 for 1 stage (H200, 6 layers, M = 1)"},
-     &gemv_mma_rejects<1>, &launch_gemv_mma<16, 1, 1, 1, 2, 2, 2>},
+                            "5.8), at M = 1 x staged once per block with prefetch (5.5 vs 5.9 us, H100); 2.49x the "
+                            "floor vs 2.69 for 1 stage (H200, 6 layers, M = 1)"},
+     &gemv_mma_rejects<1>, &launch_gemv_mma<16, 1, 1, 1, 2, 2, 2, false, true>},
     {{"fp4_gemv_mma_t16_ks8", 16, "M = 9..16 on layers with >= 1.5 16-row tiles per SM: 8-warp blocks, 3 resident, "
                                   "2-stage load groups; gate_up at M = 16 31.1 us vs 32.7 for 1 stage and 44.1 for "
                                   "16-warp blocks (H200)"},
-     &gemv_wide_rejects<2>, &launch_gemv_mma<8, 2, 1, 1, 3, 1, 2>},
+     &gemv_wide_rejects<2>, &launch_gemv_mma<8, 2, 1, 1, 3, 1, 2>, &no_workspace, kGemvT16Defers},
     {{"fp4_gemv_mma_t16", 16, "M = 9..16: two 8-token tiles per weight read, 16-warp blocks, 2-stage load groups, the "
                               "next group in flight; 4.21x the floor vs 4.42 without prefetch (H200, 6 layers, M = "
                               "12)"},
-     &gemv_mma_rejects<2>, &launch_gemv_mma<16, 2, 1, 1, 1, 1, 2, true>},
+     &gemv_mma_rejects<2>, &launch_gemv_mma<16, 2, 1, 1, 1, 1, 2, true>, &no_workspace, kGemvT16Defers},
 #ifdef BLOCKFP8_HAS_SM90_GEMM
     // SM90 only (compute capability 9.0), the fragment packing only (the layer stores it there); the mma.sync rows
     // below stay the SM89 path and forced rows on SM90.
@@ -365,7 +401,10 @@ size_t workspace_bytes(int i, const Problem& p) {
 }
 
 int select(const Problem& p) {
-  return first_row_taking(kRows, kNumRows, p.m, [&](int i) { return rejects(i, p); });
+  return first_row_taking(kRows, kNumRows, p.m, [&](int i) {
+    const char* why = rejects(i, p);
+    return why != nullptr ? why : kRows[i].defers(p);
+  });
 }
 
 cudaError_t launch(int i, const Problem& p, cudaStream_t s) {
