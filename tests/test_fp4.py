@@ -100,13 +100,21 @@ def _layer(n: int, k: int) -> str:
 
 
 WGMMA_64 = "fp4_wgmma_128x64"
+T16_SLOTS_PER_SM = {"fp4_gemv_mma_t16_ks8": 3, "fp4_gemv_mma_t16": 1}  # the rows' resident blocks (MIN_BLOCKS)
 
 
 def _defers(name: str, m: int, n: int, k: int, packing: str) -> bool:
-    """Selection only (sm80.cu, gemv_t16_defers; a forced row still runs): at M = 9..16 with K >= 12288 or K <= 512 the
-    two-token-tile GEMV rows yield to the wgmma 128x64 row where it takes the problem."""
-    return (name in ("fp4_gemv_mma_t16_ks8", "fp4_gemv_mma_t16") and m > 8 and (k >= 12288 or k <= 512)
-            and WGMMA_64 in ROW_NAMES and _row_accepts(WGMMA_64, m, n, k, packing))
+    """Selection only (sm80.cu, gemv_t16_defers; a forced row still runs): at M = 9..16 the two-token-tile GEMV rows
+    yield to the wgmma 128x64 row, where it takes the problem, on K <= 512 and on K >= 12288 where the row's 16-row
+    tiles leave at least a third of its block slots idle in the last wave."""
+    if name not in T16_SLOTS_PER_SM or m <= 8 or 512 < k < 12288:
+        return False
+    if k > 512:
+        tiles, slots = n // 16, T16_SLOTS_PER_SM[name] * torch.cuda.get_device_properties(0).multi_processor_count
+        wave_slots = -(-tiles // slots) * slots
+        if 3 * (wave_slots - tiles) < wave_slots:
+            return False
+    return WGMMA_64 in ROW_NAMES and _row_accepts(WGMMA_64, m, n, k, packing)
 
 
 def _pick(m: int, n: int, k: int, packing: str) -> str:
@@ -191,20 +199,22 @@ def test_selection_follows_table(shape, m):
 
 
 @pytest.mark.parametrize("m", (8, 9, 12, 16, 17))
-@pytest.mark.parametrize("n,k", ((256, 12288), (256, 512), (256, 4096), (4352, 512)))
-def test_m9_16_long_or_short_k_selection(n, k, m):
-    """At M = 9..16 on SM90 (the fragment packing) K >= 12288 and K <= 512 go to the wgmma 128x64 row, other K stay on
-    the GEMV; the GEMV rows still run there when forced, and the selected row is checked against the reference."""
+@pytest.mark.parametrize("n,k,to_wgmma", ((256, 12288, True), (7168, 12288, True), (4352, 12288, False),
+                                          (256, 512, True), (4352, 512, True), (256, 4096, False)))
+def test_m9_16_long_or_short_k_selection(n, k, to_wgmma, m):
+    """At M = 9..16 on SM90 (the fragment packing) K <= 512, and K >= 12288 where the GEMV leaves a third of its block
+    slots idle (on 132 SMs: 16 tiles on 132 slots, 448 on 396; not 272 on 396), go to the wgmma 128x64 row; the GEMV
+    rows still run there when forced, and the selected row is checked against the reference."""
     packing = _layer(n, k)
     want = _pick(m, n, k, packing)
     assert ops.selected_row("nvfp4", m, n, k) == want
     sm90_fragment = WGMMA_64 in ROW_NAMES and packing == "fragment"
-    if sm90_fragment and 9 <= m <= 16:
-        assert (want == WGMMA_64) == (k >= 12288 or k <= 512), want
+    if sm90_fragment and 9 <= m <= 16 and torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert (want == WGMMA_64) == to_wgmma, want
     x, w = _x(m, k, torch.bfloat16), _weight(n, k)
     _check(x, *w, what=f"selected {want} M={m} N={n} K={k}")
     if want == WGMMA_64:
-        for row in ("fp4_gemv_mma_t16_ks8", "fp4_gemv_mma_t16"):
+        for row in T16_SLOTS_PER_SM:
             if _row_accepts(row, m, n, k, packing):
                 _check(x, *w, row=row, what=f"forced {row} M={m} N={n} K={k}")
 
