@@ -100,17 +100,19 @@ def _layer(n: int, k: int) -> str:
 
 
 WGMMA_64 = "fp4_wgmma_128x64"
-T16_SLOTS_PER_SM = {"fp4_gemv_mma_t16_ks8": 3, "fp4_gemv_mma_t16": 1}  # the rows' resident blocks (MIN_BLOCKS)
+T16_ROWS = ("fp4_gemv_mma_t16_ks8", "fp4_gemv_mma_t16")
 
 
 def _defers(name: str, m: int, n: int, k: int, packing: str) -> bool:
     """Selection only (sm80.cu, gemv_t16_defers; a forced row still runs): at M = 9..16 the two-token-tile GEMV rows
-    yield to the wgmma 128x64 row, where it takes the problem, on K <= 512 and on K >= 12288 where the row's 16-row
-    tiles leave at least a third of its block slots idle in the last wave."""
-    if name not in T16_SLOTS_PER_SM or m <= 8 or 512 < k < 12288:
+    yield to the wgmma 128x64 row, where it takes the problem, on K <= 512 and on K >= 12288 where the GEMV row the
+    table would pick (t16_ks8: 3 blocks per SM, else t16: 1) leaves at least a third of its slots idle in the last
+    wave. Both rows ask the same question."""
+    if name not in T16_ROWS or m <= 8 or 512 < k < 12288:
         return False
     if k > 512:
-        tiles, slots = n // 16, T16_SLOTS_PER_SM[name] * torch.cuda.get_device_properties(0).multi_processor_count
+        per_sm = 3 if _row_accepts(T16_ROWS[0], m, n, k, packing) else 1
+        tiles, slots = n // 16, per_sm * torch.cuda.get_device_properties(0).multi_processor_count
         wave_slots = -(-tiles // slots) * slots
         if 3 * (wave_slots - tiles) < wave_slots:
             return False
@@ -214,7 +216,7 @@ def test_m9_16_long_or_short_k_selection(n, k, to_wgmma, m):
     x, w = _x(m, k, torch.bfloat16), _weight(n, k)
     _check(x, *w, what=f"selected {want} M={m} N={n} K={k}")
     if want == WGMMA_64:
-        for row in T16_SLOTS_PER_SM:
+        for row in T16_ROWS:
             if _row_accepts(row, m, n, k, packing):
                 _check(x, *w, row=row, what=f"forced {row} M={m} N={n} K={k}")
 

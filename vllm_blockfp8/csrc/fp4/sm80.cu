@@ -280,15 +280,16 @@ size_t wgmma_workspace(const Problem& p) {
 
 // Selection only (a forced GEMV row still runs): at M = 9..16 the two-token-tile GEMV rows yield to the wgmma 128x64
 // row, where it takes the problem, on K <= 512 (one stage per GEMV warp) and on K >= 12288 where the GEMV's 16-row
-// tiles leave at least a third of its block slots (SLOTS per SM) idle in the last wave: the wgmma row splits the long
-// K over them. H100, M = 9 / 12 / 16, wgmma over GEMV time: 32768x512 0.74 / 0.73 / 0.73, 7168x16384 (448 tiles on
-// 396 slots) 0.80 / 0.78 / 0.77, 4096x12288 (256 on 396) 0.99 / 0.96 / 0.94; 5120x17408 (320 on 396) 1.05 / 1.03 /
-// 1.00 stays; every layer with 512 < K < 12288 1.07-1.40 (fp4/NOTES.md).
-template <int SLOTS>
+// tiles leave at least a third of its block slots idle in the last wave: the wgmma row splits the long K over them.
+// The slots are those of the GEMV row the table would pick (t16_ks8: 3 per SM, else t16: 1), and both rows ask the
+// same question, so a problem t16_ks8 yields does not fall to t16. H100, M = 9 / 12 / 16, wgmma over GEMV time:
+// 32768x512 0.74 / 0.73 / 0.73, 7168x16384 (448 tiles on 396 slots) 0.80 / 0.78 / 0.77, 4096x12288 (256 on 396)
+// 0.99 / 0.96 / 0.94; 5120x17408 (320 on 396) 1.05 / 1.03 / 1.00 stays; every layer with 512 < K < 12288 1.07-1.40.
 const char* gemv_t16_defers(const Problem& p) {
   if (p.m <= kMmaTokens || (p.k < 12288 && p.k > 512)) return nullptr;
   if (p.k > 512) {
-    const int64_t tiles = p.n / kFragRows, slots = int64_t(SLOTS) * p.sm_count;
+    const int64_t per_sm = gemv_wide_rejects<2>(p) == nullptr ? 3 : 1;  // the MIN_BLOCKS of t16_ks8 / t16
+    const int64_t tiles = p.n / kFragRows, slots = per_sm * p.sm_count;
     const int64_t wave_slots = (tiles + slots - 1) / slots * slots;
     if (3 * (wave_slots - tiles) < wave_slots) return nullptr;
   }
@@ -318,9 +319,9 @@ struct Fp4Row {
 };
 
 #ifdef BLOCKFP8_HAS_SM90_GEMM
-constexpr Check kGemvT16Ks8Defers = &gemv_t16_defers<3>, kGemvT16Defers = &gemv_t16_defers<1>;  // MIN_BLOCKS
+constexpr Check kGemvT16Defers = &gemv_t16_defers;
 #else
-constexpr Check kGemvT16Ks8Defers = &accepts_all, kGemvT16Defers = &accepts_all;
+constexpr Check kGemvT16Defers = &accepts_all;
 #endif
 
 // Ordered: the first row with max_m >= M whose precondition holds and that does not defer wins. Numbers: H200, CUDA
@@ -338,7 +339,7 @@ constexpr Fp4Row kRows[] = {
     {{"fp4_gemv_mma_t16_ks8", 16, "M = 9..16 on layers with >= 1.5 16-row tiles per SM: 8-warp blocks, 3 resident, "
                                   "2-stage load groups; gate_up at M = 16 31.1 us vs 32.7 for 1 stage and 44.1 for "
                                   "16-warp blocks (H200)"},
-     &gemv_wide_rejects<2>, &launch_gemv_mma<8, 2, 1, 1, 3, 1, 2>, &no_workspace, kGemvT16Ks8Defers},
+     &gemv_wide_rejects<2>, &launch_gemv_mma<8, 2, 1, 1, 3, 1, 2>, &no_workspace, kGemvT16Defers},
     {{"fp4_gemv_mma_t16", 16, "M = 9..16: two 8-token tiles per weight read, 16-warp blocks, 2-stage load groups, the "
                               "next group in flight; 4.21x the floor vs 4.42 without prefetch (H200, 6 layers, M = "
                               "12)"},
