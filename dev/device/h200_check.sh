@@ -23,7 +23,7 @@
 #                concurrent TMA writer (does the writer take shared-memory bandwidth from wgmma?)
 #   wgmma_probe  dev/probes/wgmma_rate_probe.cu: cycles per FP8 wgmma by N, chains, issue order, warpgroups
 #   fp4_frag_gemv_probe  dev/probes/fp4_frag_gemv_probe.cu: the NVFP4 decode GEMV rows on the fragment packing
-#                at U = 1, 2, 4 and with prefetch beside a plain read of the same bytes, M = 1-16 (~20 s + build)
+#                with and without prefetch and x staged per block beside a plain read, M = 1-16 (~20 s + build)
 #   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST[@SHAPES]" in GEMM_AB
 #                (space-separated; SHAPES: shape sets or names, default benchmark_set), two processes,
 #                the row order reversed in the second (bench_gemm_ab_<I>_<ROW_A>_{a,b}.json, I = the

@@ -3,8 +3,9 @@
 //
 // Question (fp4/NOTES.md): the GEMV rows take well above the floor (sm80.cu's table). How much of that does a kernel
 // that only reads the same bytes the same way (grid, lane mapping, residency) already take, i.e. how much is left
-// to the decode and mma between the loads; and what does U, the stages whose weight and scale loads a lane issues
-// together before decoding the first, buy at U = 1, 2, 4?
+// to the decode and mma between the loads; and what do prefetch (the next load group issued before this one decodes)
+// and, at M = 1, x staged once per block in a lane's order instead of 8 4-byte L1 loads per stage buy? (An earlier
+// version timed U = 1, 2, 4 stages per load group: U = 2 is the table's.)
 //
 //   out[m, n] = global_scale[n] * sum_k x[m, k] * e2m1(code[n, k]) * e4m3(scale[n, k / 16])     (bf16 x and out)
 //
