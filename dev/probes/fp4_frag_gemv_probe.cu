@@ -19,8 +19,9 @@
 //     ceiling, not a twin. Timed at every M; above M = 3 their x is still the direct path's (each 4-byte load
 //     touches up to 8 token rows), not the staged copies the GEMV makes there.
 //   <row>_u<U>: sm80.cu's table rows, t8_ks8 (KS 8, MT 1, MIN_BLOCKS 4), t8 (16, 1, 2), t16_ks8 (8, 2, 3), t16
-//     (16, 2, 1), at U = 2; x direct up to M = 3 and staged per warp above (cp.async.ca), as
-//     launch_gemv_fragment_t chooses (the probe's x rows are 16-byte aligned). A "p" suffix: PREFETCH (the next
+//     (16, 2, 1), at U = 2 (a "_b<B>" suffix: U = 4, B resident blocks per SM instead of the row's); x direct up to
+//     M = 3 and staged per warp above (cp.async.ca), as launch_gemv_fragment_t chooses (the probe's x rows are
+//     16-byte aligned; the _b3 rows spill on the staged path, used above M = 3 only). A "p" suffix: PREFETCH (the next
 //     group's loads issued before this group decodes: two register buffers of U stages). A "_bx" suffix: at M = 1 x
 //     copied once per block into shared memory in a lane's order (fragment.cuh, kBlockStaged) instead of the 8 4-byte
 //     L1 loads per lane and stage: the question is what those loads and their addresses cost at decode.
@@ -167,10 +168,13 @@ const Variant kVariants[] = {
     PROBE_ROW_PF("t8_ks8", 8, 1, 4, 2),
     PROBE_ROW_BX("t8_ks8", 8, 1, 4, 2, true, "p_bx"),
     PROBE_ROW_BX("t8_ks8", 8, 1, 4, 2, false, "_bx"),
+    PROBE_ROW_BX("t8_ks8", 8, 1, 3, 4, true, "p_bx_b3"),
+    PROBE_ROW_BX("t8_ks8", 8, 1, 2, 4, true, "p_bx_b2"),
     PROBE_ROW("t8", 16, 1, 2, 2),
     PROBE_ROW_PF("t8", 16, 1, 2, 2),
     PROBE_ROW_BX("t8", 16, 1, 2, 2, false, "_bx"),
     PROBE_ROW_BX("t8", 16, 1, 2, 2, true, "p_bx"),
+    PROBE_ROW_BX("t8", 16, 1, 1, 4, true, "p_bx_b1"),
     PROBE_ROW("t16_ks8", 8, 2, 3, 2),
     PROBE_ROW_PF("t16", 16, 2, 1, 2),
 };
