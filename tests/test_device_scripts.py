@@ -797,6 +797,41 @@ def test_prebuilt_installs_only_a_build_of_exactly_these_sources(tmp_path):
     assert proc.returncode == 2 and "usage" in proc.stderr
 
 
+def test_prebuilt_pack_builds_what_it_hashes(tmp_path):
+    """pack hashes the copy it built, not the tree: a source edited while the build runs leaves a hash the device will
+    not install (and a message), and the next pack recompiles that source although its copy keeps an older mtime."""
+    tree, env = _prebuilt_tree(tmp_path, None)
+    scratch, a_cu = tmp_path / "scratch", tree / "vllm_blockfp8" / "csrc" / "a.cu"
+    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+    # The stand-in build makes the library, records the copy's a.cu mtime and, when asked, edits the tree mid-build.
+    fake = tmp_path / "fakebuild.sh"
+    fake.write_text(f'#!/bin/bash\nmkdir -p vllm_blockfp8 && printf ELF > vllm_blockfp8/_C.abi3.so\n'
+                    f'stat -c %Y vllm_blockfp8/csrc/a.cu > {tmp_path}/built_mtime\n'
+                    f'[ -f {tmp_path}/edit ] && printf "// edited\\n" > {a_cu} && rm {tmp_path}/edit\nexit 0\n')
+    fake.chmod(0o755)
+    env = dict(env, PYTHON=str(fake), PREBUILT_SCRATCH=str(scratch))
+    script = str(tree / "dev" / "device" / "prebuilt.sh")
+
+    def pack() -> str:
+        proc = subprocess.run(["bash", script, "pack", "9.0a"], cwd=tree, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    out = pack()
+    assert (tree / ".prebuilt" / "hash").read_text().strip() == _source_hash(tree, "9.0a") and "changed" not in out
+
+    (tmp_path / "edit").write_text("")
+    out = pack()  # the tree moves on during the build: the hash is the copy's, and says so
+    assert "the tree changed while this pack ran" in out, out
+    assert (tree / ".prebuilt" / "hash").read_text().strip() != _source_hash(tree, "9.0a")
+
+    os.utime(a_cu, (946684800, 946684800))  # the edit, copied with a time older than the last build
+    out = pack()
+    assert int((tmp_path / "built_mtime").read_text()) > 946684800, "the edited source was not touched"
+    assert (tree / ".prebuilt" / "hash").read_text().strip() == _source_hash(tree, "9.0a") and "changed" not in out
+    assert (scratch / "vllm_blockfp8" / "csrc" / "a.cu").read_text() == "// edited\n"
+
+
 def _fake_wheel(folder: Path, version: str) -> None:
     """A minimal flashinfer-python wheel pip installs offline."""
     import zipfile

@@ -4,9 +4,10 @@
 #
 #   dev/device/prebuilt.sh pack [ARCHS]      here, from the repository root: build the working tree's sources for
 #                                            ARCHS (default "8.9;9.0a", what h200_full.sh builds) in a scratch copy
-#                                            (/tmp/blockfp8-prebuilt, kept: only changed units recompile; a cold
-#                                            build is ~12 min on 2 cores), then write .prebuilt/_C.abi3.so.xz (~3 MB)
-#                                            and .prebuilt/hash. Carry ".prebuilt" with the call.
+#                                            ($PREBUILT_SCRATCH, default /tmp/blockfp8-prebuilt, kept: only changed
+#                                            units recompile; a cold build is ~12 min on 2 cores), then write
+#                                            .prebuilt/_C.abi3.so.xz (~3 MB) and .prebuilt/hash (of the copy built).
+#                                            Carry ".prebuilt" with the call.
 #   dev/device/prebuilt.sh hash ARCHS        print the sources' hash: the build stamp lib.sh and h200_check.sh compare.
 #   dev/device/prebuilt.sh install ARCHS     on the device (lib.sh's build_extension and h200_check.sh call it): when
 #                                            .prebuilt/hash names exactly these sources and ARCHS, unpack the library,
@@ -26,17 +27,25 @@ source_hash() { echo "$(cat $(sources) | sha256sum | cut -c1-16)-$1"; }
 
 case ${1:-} in
   pack)
-    archs=${2:-8.9;9.0a} scratch=/tmp/blockfp8-prebuilt
+    archs=${2:-8.9;9.0a} scratch=${PREBUILT_SCRATCH:-/tmp/blockfp8-prebuilt}
     mkdir -p "$scratch" .prebuilt
+    files=$(sources)
     # The tree's files (tracked and untracked, not ignored) with their times: units whose sources are unchanged
     # since the last pack keep their objects.
     git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -xf - -C "$scratch" || exit 1
+    # A source whose copy keeps an mtime older than the objects an earlier pack built from other contents (edited
+    # while that pack ran) would not be recompiled: touch every source that differs from what the last pack built.
+    [ -f "$scratch/.built_manifest" ] && (cd "$scratch" && sha256sum -c --quiet .built_manifest 2> /dev/null \
+      | sed -n 's/: FAILED$//p' | xargs -r touch)
     (cd "$scratch" && TORCH_CUDA_ARCH_LIST="$archs" BLOCKFP8_ARCH_JOBS=${BLOCKFP8_ARCH_JOBS:-2} MAX_JOBS=${MAX_JOBS:-2} \
       "$PY" setup.py -q build_ext --inplace > build.log 2>&1) || { tail -n 30 "$scratch/build.log"; exit 1; }
     xz -T0 -6 -c "$scratch/vllm_blockfp8/_C.abi3.so" > .prebuilt/_C.abi3.so.xz || exit 1
-    source_hash "$archs" > .prebuilt/hash
-    sha256sum $(sources) > .prebuilt/manifest
+    # The hash and manifest of what was built (the copy), which the tree may have moved past during the build.
+    (cd "$scratch" && sha256sum $files > .built_manifest && cp .built_manifest "$OLDPWD/.prebuilt/manifest") || exit 1
+    echo "$(cd "$scratch" && cat $files | sha256sum | cut -c1-16)-$archs" > .prebuilt/hash
     echo "packed .prebuilt/_C.abi3.so.xz ($(du -h .prebuilt/_C.abi3.so.xz | cut -f1)) for $(cat .prebuilt/hash)"
+    [ "$(cat .prebuilt/hash)" = "$(source_hash "$archs")" ] \
+      || echo "prebuilt: the tree changed while this pack ran: it holds the sources of its start; pack again"
     ;;
   install)
     archs=${2:?ARCHS}
