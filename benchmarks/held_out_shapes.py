@@ -250,6 +250,18 @@ HELD_OUT_16 = (
 )
 
 
+# For the NVFP4 table (csrc/fp4/sm80.cu): the M = 9..16 rule that sends wide (N >= 8192), long-K and short-K layers
+# from the GEMV to the wgmma 128x32 row, and that row's M <= 32 bound. Layers on both sides of N = 8192 and K = 12288.
+HELD_OUT_17 = (
+    WeightShape("mistral-nemo.gate_up.28672x5120", 28672, 5120),
+    WeightShape("yi-34b.gate_up.40960x7168", 40960, 7168),
+    WeightShape("internlm2-20b.qkv.8192x6144", 8192, 6144),
+    WeightShape("gemma2-27b.down.4608x36864", 4608, 36864),
+    WeightShape("falcon-7b.qkv.4672x4544", 4672, 4544),
+    WeightShape("llama-30b.o.6656x6656", 6656, 6656),
+    WeightShape("open-llama-3b.down.3200x8640", 3200, 8640),
+)
+
 # Every held-out set, by the name the benchmarks' --shapes option takes (benchmarks/harness.py).
 SETS = {
     "held_out": HELD_OUT,
@@ -268,4 +280,5 @@ SETS = {
     "held_out_14": HELD_OUT_14,
     "held_out_15": HELD_OUT_15,
     "held_out_16": HELD_OUT_16,
+    "held_out_17": HELD_OUT_17,
 }

@@ -99,24 +99,17 @@ def _layer(n: int, k: int) -> str:
     return ops.nvfp4_layer_packing(n, k)
 
 
-WGMMA_64 = "fp4_wgmma_128x64"
+WGMMA_FIRST = "fp4_wgmma_128x32"  # where the M = 9..16 GEMV rows yield
 T16_ROWS = ("fp4_gemv_mma_t16_ks8", "fp4_gemv_mma_t16")
 
 
 def _defers(name: str, m: int, n: int, k: int, packing: str) -> bool:
     """Selection only (sm80.cu, gemv_t16_defers; a forced row still runs): at M = 9..16 the two-token-tile GEMV rows
-    yield to the wgmma 128x64 row, where it takes the problem, on K <= 512 and on K >= 12288 where the GEMV row the
-    table would pick (t16_ks8: 3 blocks per SM, else t16: 1) leaves at least a third of its slots idle in the last
-    wave. Both rows ask the same question."""
-    if name not in T16_ROWS or m <= 8 or 512 < k < 12288:
+    yield to the wgmma 128x32 row, where it takes the problem, on layers of >= 2^25 weights and on K <= 512. Both rows
+    ask the same question."""
+    if name not in T16_ROWS or m <= 8 or (n * k < 1 << 25 and k > 512):
         return False
-    if k > 512:
-        per_sm = 3 if _row_accepts(T16_ROWS[0], m, n, k, packing) else 1
-        tiles, slots = n // 16, per_sm * torch.cuda.get_device_properties(0).multi_processor_count
-        wave_slots = -(-tiles // slots) * slots
-        if 3 * (wave_slots - tiles) < wave_slots:
-            return False
-    return WGMMA_64 in ROW_NAMES and _row_accepts(WGMMA_64, m, n, k, packing)
+    return WGMMA_FIRST in ROW_NAMES and _row_accepts(WGMMA_FIRST, m, n, k, packing)
 
 
 def _pick(m: int, n: int, k: int, packing: str) -> str:
@@ -201,21 +194,19 @@ def test_selection_follows_table(shape, m):
 
 
 @pytest.mark.parametrize("m", (8, 9, 12, 16, 17))
-@pytest.mark.parametrize("n,k,to_wgmma", ((256, 12288, True), (7168, 12288, True), (4352, 12288, False),
-                                          (256, 512, True), (4352, 512, True), (256, 4096, False)))
-def test_m9_16_long_or_short_k_selection(n, k, to_wgmma, m):
-    """At M = 9..16 on SM90 (the fragment packing) K <= 512, and K >= 12288 where the GEMV leaves a third of its block
-    slots idle (on 132 SMs: 16 tiles on 132 slots, 448 on 396; not 272 on 396), go to the wgmma 128x64 row; the GEMV
-    rows still run there when forced, and the selected row is checked against the reference."""
+@pytest.mark.parametrize("n,k,to_wgmma", ((256, 512, True), (4352, 512, True), (8192, 4096, True), (8176, 4096, False),
+                                          (2048, 16384, True), (256, 12288, False), (256, 4096, False)))
+def test_m9_16_large_or_short_k_selection(n, k, to_wgmma, m):
+    """At M = 9..16 on SM90 (the fragment packing) layers of >= 2^25 weights and K <= 512 go to the wgmma 128x32 row;
+    the GEMV rows still run there when forced, and the selected row is checked against the reference."""
     packing = _layer(n, k)
     want = _pick(m, n, k, packing)
     assert ops.selected_row("nvfp4", m, n, k) == want
-    sm90_fragment = WGMMA_64 in ROW_NAMES and packing == "fragment"
-    if sm90_fragment and 9 <= m <= 16 and torch.cuda.get_device_properties(0).multi_processor_count == 132:
-        assert (want == WGMMA_64) == to_wgmma, want
+    if WGMMA_FIRST in ROW_NAMES and packing == "fragment" and 9 <= m <= 16:
+        assert (want == WGMMA_FIRST) == to_wgmma, want
     x, w = _x(m, k, torch.bfloat16), _weight(n, k)
     _check(x, *w, what=f"selected {want} M={m} N={n} K={k}")
-    if want == WGMMA_64:
+    if want == WGMMA_FIRST:
         for row in T16_ROWS:
             if _row_accepts(row, m, n, k, packing):
                 _check(x, *w, row=row, what=f"forced {row} M={m} N={n} K={k}")
@@ -325,7 +316,7 @@ WGMMA_ROWS = [r for r in ROW_NAMES if r.startswith("fp4_wgmma_")]
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("row", WGMMA_ROWS)
 def test_wgmma_rows_ragged_and_long_k(row, dtype):
-    """The SM90 wgmma rows forced at M ragged against their 64/128/256-token tiles, N ragged against the
+    """The SM90 wgmma rows forced at M ragged against their 32/64/128/256-token tiles, N ragged against the
     128-row tile (1008, 144: the 16-row tiles past N re-read the last one and are never stored), K = 1088 (17
     64-wide stages: not a multiple of 128) and K = 16384 all-positive (a scale on the wrong group or a lost stage
     shows). N = 144 at small M leaves 2 output tiles, so those calls split K (fp32 partials, then the reduce): an
@@ -334,7 +325,7 @@ def test_wgmma_rows_ragged_and_long_k(row, dtype):
         pytest.skip(f"{row} runs on SM90 only")
     for n, k, positive in ((1008, 1088, False), (144, 1088, False), (144, 16384, True), (1008, 16384, True)):
         w = _weight(n, k, positive)
-        for m in (1, 63, 65, 200, 257, 513):
+        for m in (1, 31, 33, 63, 65, 200, 257, 513):
             x = _x(m, k, dtype, positive=positive)
             _check(x, *w, row=row, what=f"{row} M={m} N={n} K={k}", packing="fragment")
 

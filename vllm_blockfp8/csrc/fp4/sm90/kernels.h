@@ -1,6 +1,6 @@
 // Host entry points of the SM90 NVFP4 W4A16 wgmma GEMM (w4a16_wgmma.cu: compiled for sm_90a only, and only in builds
 // with 9.0a, which define BLOCKFP8_HAS_SM90_GEMM): the fp4_wgmma_128x<tok> rows of sm80.cu's table.
-// tok is the token tile: 64, 128 or 256 (every tile is 128 weight rows).
+// tok is the token tile: 32, 64, 128 or 256 (every tile is 128 weight rows).
 #pragma once
 
 #include <cuda_runtime_api.h>

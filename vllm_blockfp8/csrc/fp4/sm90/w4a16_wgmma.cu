@@ -74,15 +74,17 @@ cudaError_t launch_tok(const Problem& p, cudaStream_t s) {
 
 const char* w4a16_wgmma_rejects(int tok, const Problem& p) {
   switch (tok) {
+    case 32: return rejects_t<32>(p);
     case 64: return rejects_t<64>(p);
     case 128: return rejects_t<128>(p);
     case 256: return rejects_t<256>(p);
-    default: return "no wgmma tile with that many tokens (64, 128, 256)";
+    default: return "no wgmma tile with that many tokens (32, 64, 128, 256)";
   }
 }
 
 int w4a16_wgmma_splits(int tok, const Problem& p) {
   switch (tok) {
+    case 32: return splits_t<32>(p);
     case 64: return splits_t<64>(p);
     case 128: return splits_t<128>(p);
     case 256: return splits_t<256>(p);
@@ -97,6 +99,7 @@ size_t w4a16_wgmma_workspace(int tok, const Problem& p) {
 
 cudaError_t launch_w4a16_wgmma(int tok, const Problem& p, cudaStream_t s) {
   switch (tok) {
+    case 32: return launch_tok<32>(p, s);
     case 64: return launch_tok<64>(p, s);
     case 128: return launch_tok<128>(p, s);
     case 256: return launch_tok<256>(p, s);

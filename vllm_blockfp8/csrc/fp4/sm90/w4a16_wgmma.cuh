@@ -6,7 +6,7 @@
 // reference.fragment_nvfp4_weight: each lane's 16 bytes of a (16-row tile, 64-deep stage) are its A fragment for
 // the stage's 4 k16 steps; exp8 scales beside them). Swap-AB: the wgmma M extent is weight rows (64 per warpgroup),
 // its N extent tokens. A CTA of two warpgroups (256 threads) computes 128 weight rows (warp w: the 16-row tile
-// 8 blockIdx.y + w) x TOK tokens (TOK = 64, 128, 256) over its share of K (gridDim.z splits K; split z writes fp32
+// 8 blockIdx.y + w) x TOK tokens (TOK = 32, 64, 128, 256) over its share of K (gridDim.z splits K; split z writes fp32
 // partials that sm80.cu's w4a16_reduce_kernel sums).
 // x runs in 64-wide stages through a cp.async ring of kXStages slots (every thread copies; zero-fill past M):
 // [TOK][64] 16-bit, one 128-byte row per token, 16-byte chunk c of row r at chunk c ^ (r % 8): the K-major
@@ -47,8 +47,10 @@ constexpr int kPrefetch = 4;             // weight and scale stages held in regi
 
 template <int TOK>
 struct WgmmaTile {
-  static_assert(TOK == 64 || TOK == 128 || TOK == 256, "wgmma N extent: 64, 128 or 256 tokens");
-  static constexpr int kMinBlocks = TOK == 256 ? 1 : 2;  // registers capped at 128 for 2 CTAs per SM
+  static_assert(TOK == 32 || TOK == 64 || TOK == 128 || TOK == 256, "wgmma N extent: 32, 64, 128 or 256 tokens");
+  // CTAs per SM the registers are capped for (128 registers at 2, 64 at 4): the 32-token tile's 16 accumulators
+  // leave room for 4, whose extra warps keep more weight loads in flight at small M.
+  static constexpr int kMinBlocks = TOK == 256 ? 1 : TOK == 32 ? 3 : 2;
   static constexpr int kXBytes = TOK * kXRowBytes;       // a multiple of the 1024-byte swizzle atom
   // + 1024: slack to align the ring, whatever the dynamic shared window's own alignment.
   static constexpr int kSmemBytes = kXStages * kXBytes + 1024;

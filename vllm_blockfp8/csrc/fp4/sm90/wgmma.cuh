@@ -1,5 +1,5 @@
 // SM90 (sm_90a only) warpgroup MMA primitives of the NVFP4 W4A16 wgmma kernel (w4a16_wgmma.cuh): the
-// register-A wgmma m64nNk16 (N = 64, 128, 256; bf16 or f16 inputs, fp32 accumulators), its fence / commit / wait,
+// register-A wgmma m64nNk16 (N = 32, 64, 128, 256; bf16 or f16 inputs, fp32 accumulators), its fence / commit / wait,
 // the shared-memory descriptor of a K-major 128-byte-swizzled B tile, and the async-proxy fence.
 //
 // PTX: wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T {d}, {a0..a3}, b-desc, scale-d, imm-scale-a, imm-scale-b,
@@ -70,14 +70,18 @@ struct Wgmma;
 #define BLOCKFP8_WGMMA_BOTH(N, D_REGS, D_OPERANDS, A_REGS, DESC, P)                   \
   BLOCKFP8_WGMMA(N, __nv_bfloat16, "bf16", D_REGS, D_OPERANDS, A_REGS, DESC, P) \
   BLOCKFP8_WGMMA(N, __half, "f16", D_REGS, D_OPERANDS, A_REGS, DESC, P)
-#define BLOCKFP8_D64_REGS \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22," \
-  "%23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define BLOCKFP8_D64_OPERANDS \
+#define BLOCKFP8_D32_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define BLOCKFP8_D32_OPERANDS \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-  "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), \
-  "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
-  "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+  "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+BLOCKFP8_WGMMA_BOTH(32, BLOCKFP8_D32_REGS, (BLOCKFP8_D32_OPERANDS), "%16, %17, %18, %19", "%20", "%21")
+#define BLOCKFP8_D64_REGS \
+  BLOCKFP8_D32_REGS ", " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define BLOCKFP8_D64_OPERANDS \
+  BLOCKFP8_D32_OPERANDS, \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 BLOCKFP8_WGMMA_BOTH(64, BLOCKFP8_D64_REGS, (BLOCKFP8_D64_OPERANDS), "%32, %33, %34, %35", "%36", "%37")
 #define BLOCKFP8_D128_REGS \
   BLOCKFP8_D64_REGS ", " \
@@ -108,6 +112,8 @@ BLOCKFP8_WGMMA_BOTH(128, BLOCKFP8_D128_REGS, (BLOCKFP8_D128_OPERANDS), "%64, %65
   "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), \
   "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 BLOCKFP8_WGMMA_BOTH(256, BLOCKFP8_D256_REGS, (BLOCKFP8_D256_OPERANDS), "%128, %129, %130, %131", "%132", "%133")
+#undef BLOCKFP8_D32_REGS
+#undef BLOCKFP8_D32_OPERANDS
 #undef BLOCKFP8_D64_REGS
 #undef BLOCKFP8_D64_OPERANDS
 #undef BLOCKFP8_D128_REGS
