@@ -414,16 +414,28 @@ def test_nvfp4_aliases_and_checkpoint_refusal(tmp_path, monkeypatch, capsys):
     assert "bogus" in capsys.readouterr().err
 
 
-def test_batch32_case_decodes_32_prompts_with_graphs_up_to_32(tmp_path, monkeypatch):
+def test_batch32_case_is_a_batch_32_latency_run_with_graphs_up_to_32(tmp_path, monkeypatch):
+    """The 32 x (128 in, 128 out) batch lasts ~1 s: it runs as `bench latency --batch-size 32` (warm-up and timed
+    iterations in one engine, no separate warm-up engine), and its rates come from the average iteration."""
     calls = []
     bench = _bench(tmp_path, monkeypatch, calls, quick=False, cases="batch32")
+
+    def fake_run(name, cmd, cap, env=None):
+        calls.append((name, dict(env or {}), list(cmd)))
+        with open(cmd[cmd.index("--output-json") + 1], "w") as f:
+            json.dump({"avg_latency": 2.0, "percentiles": {"50": 1.9}}, f)
+        return 0, 1.0, tmp_path / f"{name}.log"
+
+    monkeypatch.setattr(bench, "run", fake_run)
     bench.throughput("blockfp8-nvfp4")
-    cmd = calls[-1][2]
-    assert [cmd[cmd.index(f) + 1] for f in ("--random-input-len", "--random-output-len", "--num-prompts")] == \
-        ["128", "128", "32"]
+    [(name, _, cmd)] = calls
+    assert name == "throughput-batch32-blockfp8-nvfp4" and cmd[cmd.index("bench") + 1] == "latency"
+    assert [cmd[cmd.index(f) + 1] for f in ("--batch-size", "--input-len", "--output-len")] == ["32", "128", "128"]
+    assert [cmd[cmd.index(f) + 1] for f in ("--num-iters-warmup", "--num-iters")] == ["3", "10"]
     assert json.loads(cmd[cmd.index("-cc") + 1]) == {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32]}
     [row] = bench.runs
-    assert row["case"] == "batch32" and row["output_tok_s"] == 32 * 128 / 2.0
+    assert row["case"] == "batch32" and row["status"] == "ok" and row["output_tok_s"] == 32 * 128 / 2.0
+    assert row["tok_s"] == 32 * 256 / 2.0 and row["p50_latency_s"] == 1.9
 
 
 def test_kernel_lines_name_vllms_nvfp4_kernel_choice(tmp_path):

@@ -6,7 +6,9 @@ bench ...``), run once per variant with identical engine arguments:
 * ``latency``: ``bench latency``, batch 1, input 128, output 128 (decode-bound).
 * ``throughput``: ``bench throughput``, random data: ``prefill`` (input 1024, output 1) and
   ``mixed`` (input 512, output 256); opt-in ``batch32`` (32 prompts, input 128, output 128: decode
-  at batch 32, where weight-only NVFP4 GEMMs and Marlin meet at M = 32).
+  at batch 32, where weight-only NVFP4 GEMMs and Marlin meet at M = 32), which runs as ``bench latency
+  --batch-size 32``: one such generation lasts ~1 s, so it is timed over the latency stage's
+  iterations in one engine (``bench throughput`` of it moved 1.5x between two runs of one engine).
 * ``serve``: ``vllm serve`` on 127.0.0.1, then ``bench serve`` (random data, input 512, output
   128) at max concurrency 1, 4, 16, 64.
 * ``profile``: the prefill case (``bench throughput``, fewer prompts) and a batch-1 decode
@@ -180,11 +182,12 @@ class Bench:
 
     # -- stages ---------------------------------------------------------------------------------
     def latency_cmd(self, model: str, eargs: list[str], input_len: int, warm: int, iters: int,
-                    extra: list[str]) -> list[str]:
-        """`vllm bench latency`, batch 1, 128 output tokens, the latency stage's graph sizes."""
-        cc = [] if self.a.quick else ["-cc", json.dumps(LATENCY_CC)]
-        return [*VLLM, "bench", "latency", "--model", model, *eargs, *cc, "--batch-size", "1",
-                "--input-len", str(input_len), "--output-len", str(DECODE_TOKENS),
+                    extra: list[str], batch: int = 1, output_len: int = DECODE_TOKENS,
+                    graphs: dict = LATENCY_CC) -> list[str]:
+        """`vllm bench latency`: by default batch 1, 128 output tokens, the latency stage's graph sizes."""
+        cc = [] if self.a.quick else ["-cc", json.dumps(graphs)]
+        return [*VLLM, "bench", "latency", "--model", model, *eargs, *cc, "--batch-size", str(batch),
+                "--input-len", str(input_len), "--output-len", str(output_len),
                 "--num-iters-warmup", str(warm), "--num-iters", str(iters), *extra]
 
     def latency(self, v: str) -> None:
@@ -209,16 +212,40 @@ class Bench:
         il, ol, _ = self.p[case]
         # Prefill steps batch thousands of tokens, past every CUDA graph: a few graph sizes time
         # the same work and spare each engine its capture (and vLLM fp8 its DeepGEMM JIT of every
-        # capture size), the same for every variant. batch32 decodes at 32 and below: graphs to 32.
-        cc = {"prefill": LATENCY_CC, "batch32": BATCH32_CC}.get(case) if not self.a.quick else None
+        # capture size), the same for every variant.
+        cc = {"prefill": LATENCY_CC}.get(case) if not self.a.quick else None
         cc = ["-cc", json.dumps(cc)] if cc else []
         return [*VLLM, "bench", "throughput", "--model", model, *eargs, *cc, "--dataset-name",
                 "random", "--random-input-len", str(il), "--random-output-len", str(ol),
                 "--num-prompts", str(prompts), *extra]
 
+    def batch_latency(self, v: str, case: str) -> None:
+        """A throughput case short enough to time as a batch in ``bench latency`` (batch32): the warm-up
+        iterations in the same engine take the JIT compiles, and the average of the timed ones gives the rates."""
+        model, eargs = self.engine_args(v)
+        il, ol, n = self.p[case]
+        js = self.a.out / f"throughput-{case}-{v}.json"
+        warm, iters = self.p["lat_iters"]
+        cmd = self.latency_cmd(model, eargs, il, warm, iters, ["--output-json", str(js)], batch=n,
+                               output_len=ol, graphs=BATCH32_CC)
+        env = bench_env()
+        js.unlink(missing_ok=True)  # an earlier run's result must not stand in for this one's
+        rc, secs, log = self.run(f"throughput-{case}-{v}", cmd, self.a.stage_cap_s, env)
+        row = dict(stage="throughput", variant=v, case=case, rc=rc, seconds=secs, log=log, cmd=cmd,
+                   env=env, jit_warmup_run=f"{warm} untimed iterations in the same engine")
+        row["rc"], r = bench_result(rc, js, row)
+        if row["rc"] == 0:
+            el = r["avg_latency"]
+            row.update(elapsed_s=el, p50_latency_s=r["percentiles"]["50"], tok_s=n * (il + ol) / el,
+                       req_s=n / el, input_tok_s=n * il / el, output_tok_s=n * ol / el)
+        self.record(**row)
+
     def throughput(self, v: str) -> None:
         model, eargs = self.engine_args(v)
         for case in self.a.throughput_cases.split(","):
+            if case == "batch32":
+                self.batch_latency(v, case)
+                continue
             il, ol, n = self.p[case]
             js = self.a.out / f"throughput-{case}-{v}.json"
             cmd = self.throughput_cmd(model, eargs, case, n, ["--output-json", str(js)])

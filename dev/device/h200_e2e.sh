@@ -28,7 +28,9 @@
 #   throughput     480  ... --stages throughput; each variant runs twice (untimed warm-up run, then the
 #                       timed run), each 70-230 s with its engine start: budget ~300-400 s per variant
 #                       (two NVFP4 variants' prefill on 36 layers took 431 s on the H200: CAP_throughput=540);
-#                       THROUGHPUT_CASES=batch32 adds the 32 x (128 in, 128 out) decode batch
+#                       THROUGHPUT_CASES=batch32 adds the 32 x (128 in, 128 out) decode batch, timed as
+#                       `bench latency --batch-size 32` in one engine per variant (36 layers, an H100: ~90 s
+#                       an engine with its start)
 #   serve_sweep    480  ... --stages serve (concurrency 1, 4, 16, 64)
 #   profile        480  ... --stages profile: prefill and batch-1 decode under vLLM's torch profiler, GPU kernel time
 #                       per token per layer by category (kernel_profile.py), per variant
