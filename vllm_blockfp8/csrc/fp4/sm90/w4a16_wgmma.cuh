@@ -48,8 +48,8 @@ constexpr int kPrefetch = 4;             // weight and scale stages held in regi
 template <int TOK>
 struct WgmmaTile {
   static_assert(TOK == 32 || TOK == 64 || TOK == 128 || TOK == 256, "wgmma N extent: 32, 64, 128 or 256 tokens");
-  // CTAs per SM the registers are capped for (128 registers at 2, 64 at 4): the 32-token tile's 16 accumulators
-  // leave room for 4, whose extra warps keep more weight loads in flight at small M.
+  // CTAs per SM the registers are capped for (128 registers at 2, 85 at 3): the 32-token tile's 16 accumulators fit
+  // 3 (80 registers; at 4, 64 registers, ptxas spilled inside the loop), whose extra warps keep more loads in flight.
   static constexpr int kMinBlocks = TOK == 256 ? 1 : TOK == 32 ? 3 : 2;
   static constexpr int kXBytes = TOK * kXRowBytes;       // a multiple of the 1024-byte swizzle atom
   // + 1024: slack to align the ring, whatever the dynamic shared window's own alignment.
