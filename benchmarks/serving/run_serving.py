@@ -93,6 +93,9 @@ ENGINE_ENV = {"BLOCKFP8_LOG_ROWS": os.environ.get("BLOCKFP8_LOG_ROWS", "1")}
 LATENCY_CC = {"cudagraph_capture_sizes": [1, 2, 4, 8]}
 # The batch32 case decodes 32 sequences that finish together: graphs up to 32 cover every step.
 BATCH32_CC = {"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32]}
+# Throughput cases short enough (~1 s a run) to be timed as one batch over `bench latency` iterations, with
+# their graph sizes.
+LATENCY_TIMED_CASES = {"batch32": BATCH32_CC}
 DECODE_TOKENS = 128  # output tokens of every batch-1 latency run
 FAST_START_CC = {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
                  "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64]}
@@ -220,14 +223,14 @@ class Bench:
                 "--num-prompts", str(prompts), *extra]
 
     def batch_latency(self, v: str, case: str) -> None:
-        """A throughput case short enough to time as a batch in ``bench latency`` (batch32): the warm-up
-        iterations in the same engine take the JIT compiles, and the average of the timed ones gives the rates."""
+        """A case of LATENCY_TIMED_CASES, timed as one batch in ``bench latency``: the warm-up iterations in the
+        same engine take the JIT compiles, and the average of the timed ones gives the rates."""
         model, eargs = self.engine_args(v)
         il, ol, n = self.p[case]
         js = self.a.out / f"throughput-{case}-{v}.json"
         warm, iters = self.p["lat_iters"]
         cmd = self.latency_cmd(model, eargs, il, warm, iters, ["--output-json", str(js)], batch=n,
-                               output_len=ol, graphs=BATCH32_CC)
+                               output_len=ol, graphs=LATENCY_TIMED_CASES[case])
         env = bench_env()
         js.unlink(missing_ok=True)  # an earlier run's result must not stand in for this one's
         rc, secs, log = self.run(f"throughput-{case}-{v}", cmd, self.a.stage_cap_s, env)
@@ -243,7 +246,7 @@ class Bench:
     def throughput(self, v: str) -> None:
         model, eargs = self.engine_args(v)
         for case in self.a.throughput_cases.split(","):
-            if case == "batch32":
+            if case in LATENCY_TIMED_CASES:
                 self.batch_latency(v, case)
                 continue
             il, ol, n = self.p[case]
