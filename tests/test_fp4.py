@@ -319,8 +319,8 @@ def test_wgmma_rows_ragged_and_long_k(row, dtype):
     """The SM90 wgmma rows forced at M ragged against their 32/64/128/256-token tiles, N ragged against the
     128-row tile (1008, 144: the 16-row tiles past N re-read the last one and are never stored), K = 1088 (17
     64-wide stages: not a multiple of 128) and K = 16384 all-positive (a scale on the wrong group or a lost stage
-    shows). N = 144 at small M leaves 2 output tiles, so those calls split K (fp32 partials, then the reduce): an
-    unwritten partial or output element is NaN-poisoned by _run and fails."""
+    shows). N = 144 at small M leaves 2 output tiles, so those calls split K (summed in a thread-block cluster): an
+    output element left unwritten is NaN-poisoned by _run and fails."""
     if not _row_accepts(row, 1, 144, 1088, "fragment"):
         pytest.skip(f"{row} runs on SM90 only")
     for n, k, positive in ((1008, 1088, False), (144, 1088, False), (144, 16384, True), (1008, 16384, True)):
@@ -328,6 +328,54 @@ def test_wgmma_rows_ragged_and_long_k(row, dtype):
         for m in (1, 31, 33, 63, 65, 200, 257, 513):
             x = _x(m, k, dtype, positive=positive)
             _check(x, *w, row=row, what=f"{row} M={m} N={n} K={k}", packing="fragment")
+
+
+# Run in a child process per mode (the extension reads the split switches once): every wgmma row forced, at ragged
+# M and N, K = 1088 (17 stages: with 8 splits of 3 stages the last ones are empty) and 4096, bf16 and fp16, per-row
+# global scales and a bias; each output checked against the reference there, then saved for the parent to compare.
+_SPLIT_CHILD = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import test_fp4 as t
+outs = {}
+for n, k in ((144, 1088), (1008, 4096)):
+    packed, scale, gs = t._weight(n, k)
+    per_row = gs * (torch.arange(n, device="cuda") % 7 + 1) / 4
+    for dtype in t.DTYPES:
+        bias = t._x(1, n, dtype, seed=5)[0]
+        for m in (31, 65, 257):
+            x = t._x(m, k, dtype)
+            for row in t.WGMMA_ROWS:
+                what = f"{row} M={m} N={n} K={k} {dtype}"
+                outs[what] = t._check(x, packed, scale, per_row, bias, row=row, what=what, packing="fragment").cpu()
+torch.save(outs, sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("splits", ("3", "8"))
+def test_wgmma_split_reductions_agree(splits, tmp_path):
+    """A K split of the wgmma rows sums its splits in a thread-block cluster through distributed shared memory by
+    default, and through fp32 partials and the reduce kernel under BLOCKFP8_SM90_FP4_REDUCTION=partials. Both add the
+    splits in order from zero and share the epilogue, so with the count forced (BLOCKFP8_SM90_FP4_SPLITS) they must
+    give the same bits; each also matches the reference (in the child)."""
+    if not WGMMA_ROWS or not _row_accepts(WGMMA_ROWS[0], 1, 144, 1088, "fragment"):
+        pytest.skip("the wgmma rows run on SM90 only")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    outs = {}
+    for mode in ("cluster", "partials"):
+        env = {**os.environ, "BLOCKFP8_SM90_FP4_SPLITS": splits, "BLOCKFP8_SM90_FP4_REDUCTION": mode}
+        dst = tmp_path / f"{mode}.pt"
+        proc = subprocess.run([sys.executable, "-c", _SPLIT_CHILD, str(Path(__file__).parent), str(dst)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"{mode}: {proc.stderr[-3000:]}"
+        outs[mode] = torch.load(dst)
+    assert outs["cluster"].keys() == outs["partials"].keys() and outs["cluster"]
+    for what, out in outs["cluster"].items():
+        assert torch.equal(out.view(torch.int16), outs["partials"][what].view(torch.int16)), what
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -76,6 +76,11 @@ def test_sm90_switches_are_checked_at_import_values():
         ops.check_env({"BLOCKFP8_SM90_SPLITS": "5"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_REDUCTION='fast'"):
         ops.check_env({"BLOCKFP8_SM90_REDUCTION": "fast"})
+    ops.check_env({"BLOCKFP8_SM90_FP4_REDUCTION": "partials", "BLOCKFP8_SM90_FP4_SPLITS": "16"})
+    with pytest.raises(ValueError, match="BLOCKFP8_SM90_FP4_SPLITS='17'"):
+        ops.check_env({"BLOCKFP8_SM90_FP4_SPLITS": "17"})
+    with pytest.raises(ValueError, match="BLOCKFP8_SM90_FP4_REDUCTION='atomic'"):
+        ops.check_env({"BLOCKFP8_SM90_FP4_REDUCTION": "atomic"})
     ops.check_env({"BLOCKFP8_SM90_PDL": "0"})
     ops.check_env({"BLOCKFP8_SM90_PDL": "1"})
     ops.check_env({"BLOCKFP8_SM90_PDL": "gemm"})

@@ -31,6 +31,8 @@
 #                the row order reversed in the second (bench_gemm_ab_<I>_<ROW_A>_{a,b}.json, I = the
 #                spec's position); benchmarks/analysis/ab_compare.py BASE|selected reads each pair;
 #                CAP_AB (300 s) is split evenly over the processes
+#   fp4_split_sweep  bench_nvfp4 (ours only) under each NVFP4 wgmma K-split setting in FP4_SWEEP
+#                ("REDUCTION:SPLITS@M_LIST[@ROWS]" ..., FP4_SWEEP_SHAPES), one process each; CAP_SWEEP (300 s)
 #   host_overhead dev/probes/host_overhead.py: host vs GPU time per eager linear call (prefill chunks run
 #                outside CUDA graphs in vLLM)
 #   ncu          Nsight Compute sections for the launches in NCU_SPECS (dev/ncu/ncu_rows.py specs)
@@ -175,6 +177,16 @@ for s in "$@"; do
           BENCH_TIME_BUDGET_S=$(( BENCH_TIME_BUDGET_S / (2 * n) )) python3 -m benchmarks.bench_gemm --ops gemm \
             --peers none --rows "$r" --m "$ms" --shapes "${shp:-benchmark_set}" --plot /dev/null \
             --json benchmarks/results/bench_gemm_ab_${i}_${rows%%,*}_$o.json | grep -E "^geomean|^    ours"; done; done' ;;
+    fp4_split_sweep)  # the NVFP4 wgmma rows' K split: bench_nvfp4 (ours, no peers) per "REDUCTION:SPLITS@M_LIST[@ROWS]"
+      # in FP4_SWEEP (space-separated; SPLITS 0: the rule's count; ROWS: forced rows beside the selected one), one
+      # process each (the switches are read once): benchmarks/results/fp4_split_<I>_<REDUCTION><SPLITS>.json
+      stage fp4_split_sweep ${CAP_SWEEP:-300} bash -c 'set -- ${FP4_SWEEP:?set FP4_SWEEP}; n=$#; i=0; for spec in "$@"; do
+        i=$((i + 1)); IFS=@ read -r mode ms rows <<< "$spec"; red=${mode%%:*} splits=${mode#*:}
+        [ "$splits" = 0 ] && splits=
+        BENCH_TIME_BUDGET_S=$(( BENCH_TIME_BUDGET_S / n )) BLOCKFP8_SM90_FP4_REDUCTION=$red \
+          BLOCKFP8_SM90_FP4_SPLITS=$splits python3 -m benchmarks.bench_nvfp4 --peers none --no-fp8 --m "$ms" \
+          --shapes "${FP4_SWEEP_SHAPES:-benchmark_set}" ${rows:+--rows "$rows"} --plot /dev/null \
+          --json benchmarks/results/fp4_split_${i}_${red}${splits:-auto}.json | grep -E "^geomean"; done' ;;
     host_overhead) stage host_overhead 90 python3 dev/probes/host_overhead.py --json benchmarks/results/host_overhead.json ;;
     bench_gemm_rows) stage bench_gemm_rows 240 python3 -m benchmarks.bench_gemm --rows --peers none \
                        --json benchmarks/results/bench_gemm_rows.json.gz --plot benchmarks/results/bench_gemm_rows.png ;;

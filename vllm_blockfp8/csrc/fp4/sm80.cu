@@ -295,7 +295,7 @@ const char* gemv_t16_defers(const Problem& p) {
 template <int TOK>
 cudaError_t launch_wgmma(const Problem& p, cudaStream_t s) {
   if (const cudaError_t err = sm90::launch_w4a16_wgmma(TOK, p, s); err != cudaSuccess) return err;
-  if (const int splits = sm90::w4a16_wgmma_splits(TOK, p); splits > 1) {
+  if (const int splits = sm90::w4a16_wgmma_partial_splits(TOK, p); splits > 1) {
     if (p.bf16)
       launch_reduce<__nv_bfloat16>(p, splits, s);
     else

@@ -15,14 +15,17 @@ namespace blockfp8::fp4::sm90 {
 // tile's shared memory, 16-byte aligned x rows.
 const char* w4a16_wgmma_rejects(int tok, const Problem& p);
 
-// K splits the launch uses (1: none): where the output tiles alone leave SMs idle.
-int w4a16_wgmma_splits(int tok, const Problem& p);
+// K splits whose fp32 partials the caller reduces (1: none). Where the output tiles alone leave SMs idle the launch
+// splits K, by default in thread-block clusters that sum the splits in the kernel (then this is 1);
+// BLOCKFP8_SM90_FP4_REDUCTION=partials (an experiment switch, w4a16_wgmma.cu) makes them write partials instead.
+int w4a16_wgmma_partial_splits(int tok, const Problem& p);
 
-// Bytes of fp32 partials a split launch needs in p.workspace (0 without a split).
+// Bytes of fp32 partials the launch needs in p.workspace (0 without them).
 size_t w4a16_wgmma_workspace(int tok, const Problem& p);
 
-// Enqueues the GEMM. With w4a16_wgmma_splits(tok, p) > 1 it writes every fp32 partial [split][m][n] to p.workspace
-// instead of out, and the caller runs the reduction (w4a16_reduce_kernel) after it. Does not check rejects().
+// Enqueues the GEMM. With w4a16_wgmma_partial_splits(tok, p) > 1 it writes every fp32 partial [split][m][n] to
+// p.workspace instead of out, and the caller runs the reduction (w4a16_reduce_kernel) after it. Does not check
+// rejects().
 cudaError_t launch_w4a16_wgmma(int tok, const Problem& p, cudaStream_t stream);
 
 }  // namespace blockfp8::fp4::sm90

@@ -1,7 +1,10 @@
 // SM90 (sm_90a only) NVFP4 W4A16 wgmma GEMM: instantiations and launchers (the kernel: w4a16_wgmma.cuh, which
 // opens with the math, the layouts and what is unsupported). Compiled only when the build has 9.0a.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "../../common/vector_rows.h"
 #include "kernels.h"
@@ -11,8 +14,33 @@ namespace blockfp8::fp4::sm90 {
 namespace {
 
 constexpr int64_t kMaxGridY = 65535;  // grid.y holds the 128-row tiles
-constexpr int kMaxSplits = 16;
+constexpr int kMaxSplits = 16;        // also the largest (non-portable) cluster SM90 launches
 constexpr int kMinStagesPerSplit = 8;  // 512 of K: the ring fills before a split ends
+constexpr int kMaxDevices = 64;
+
+// Experiment switches, read once (library.py checks their values at import; fp4/NOTES.md has what they measured):
+// BLOCKFP8_SM90_FP4_REDUCTION=partials reduces K splits through fp32 partials and the reduce kernel instead of in the
+// cluster; BLOCKFP8_SM90_FP4_SPLITS=N forces N splits on every launch (the largest launchable cluster <= N).
+struct SplitOptions {
+  bool partials = false;
+  int count = 0;  // 0: the rule's
+};
+const SplitOptions& split_options() {
+  static const SplitOptions o = [] {
+    SplitOptions r;
+    if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_REDUCTION"); v && std::strcmp(v, "partials") == 0) r.partials = true;
+    if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_SPLITS"); v && *v) r.count = std::clamp(std::atoi(v), 0, kMaxSplits);
+    return r;
+  }();
+  return o;
+}
+
+// How a launch splits K: `count` CTAs share each output tile's stages; `cluster`: they are one thread-block cluster
+// and sum through distributed shared memory in the kernel, else they write fp32 partials the caller reduces.
+struct Split {
+  int count = 1;
+  bool cluster = false;
+};
 
 template <typename T>
 Args<T> make_args(const Problem& p) {
@@ -32,36 +60,98 @@ const char* rejects_t(const Problem& p) {
   return rows_16byte_aligned(p.x, p.m, p.x_stride) ? nullptr : kRowsNot16ByteAligned;
 }
 
-// Where the output tiles leave CTA slots (the tile's CTAs per SM x SMs) idle, split K: the split count s that
-// minimizes waves(s) x (stages / s + ring fill), waves(s) = ceil(tiles s / slots), the smaller on a tie (less fp32
-// partial traffic); each split at least 8 stages, at most 16 splits. Counting slots rather than SMs matters for
-// the 1-CTA-per-SM 128x256 tile: "about two CTAs per SM" launched 6 splits (288 CTAs, 3 waves) for qkv at M = 256.
-template <int TOK>
-int splits_t(const Problem& p) {
+// Once per process and device: the kernel's dynamic shared memory and clusters of up to 16 CTAs.
+template <int TOK, typename T>
+cudaError_t prepare_t() {
+  auto* kernel = &w4a16_wgmma_kernel<TOK, T>;
+  // On every call, not once per process: the attributes are per device (multi-GPU processes).
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WgmmaTile<TOK>::kSmemBytes);
+  if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  return err;
+}
+
+template <int TOK, typename T>
+cudaLaunchConfig_t launch_config(dim3 grid, cudaStream_t s, cudaLaunchAttribute* cluster, int splits) {
+  cudaLaunchConfig_t c = {};
+  c.gridDim = grid;
+  c.blockDim = dim3(kThreads);
+  c.dynamicSmemBytes = WgmmaTile<TOK>::kSmemBytes;
+  c.stream = s;
+  cluster->id = cudaLaunchAttributeClusterDimension;
+  cluster->val.clusterDim.x = 1, cluster->val.clusterDim.y = 1, cluster->val.clusterDim.z = unsigned(splits);
+  c.attrs = cluster;
+  c.numAttrs = splits > 1 ? 1 : 0;
+  return c;
+}
+
+// CTAs that run at once in clusters of `splits` (0: such a cluster cannot launch), per device, asked once: a cluster
+// needs its CTAs in one GPC, so this is below the tile's CTAs per SM x SMs, by how much the GPU's GPCs decide.
+template <int TOK, typename T>
+int64_t cluster_slots(int splits) {
+  static std::atomic<int> cache[kMaxDevices][kMaxSplits + 1];  // CTAs + 1; 0: not asked yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= kMaxDevices) return (void)cudaGetLastError(), 0;
+  std::atomic<int>& slot = cache[device][splits];
+  if (const int known = slot.load(std::memory_order_relaxed); known > 0) return known - 1;
+  int clusters = 0;
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t c = launch_config<TOK, T>(dim3(1, 1, unsigned(splits)), nullptr, &cluster, splits);
+  if (prepare_t<TOK, T>() != cudaSuccess ||
+      cudaOccupancyMaxActiveClusters(&clusters, &w4a16_wgmma_kernel<TOK, T>, &c) != cudaSuccess)
+    clusters = 0;
+  (void)cudaGetLastError();  // a refused size is an answer, not an error of the caller's next launch
+  slot.store(clusters * splits + 1, std::memory_order_relaxed);
+  return int64_t(clusters) * splits;
+}
+
+// Where the output tiles leave CTA slots idle, split K: the count s that minimizes waves(s) x (stages / s + ring
+// fill), waves(s) = ceil(tiles s / slots(s)), the smaller on a tie; each split at least 8 stages, at most 16 splits.
+// slots(s): the CTAs that run at once in clusters of s (cluster_slots), or the tile's CTAs per SM x SMs for fp32
+// partials. Counting slots rather than SMs matters for the 1-CTA-per-SM 128x256 tile: "about two CTAs per SM"
+// launched 6 splits (288 CTAs, 3 waves) for qkv at M = 256. The cluster sums the splits on chip; fp32 partials cost
+// 2 x splits x M x N x 4 bytes of traffic, 1.2-4.4x the weight's bytes at M = 128..256 (fp4/NOTES.md).
+template <int TOK, typename T>
+Split split_t(const Problem& p) {
+  const SplitOptions& o = split_options();
   const int64_t tiles = ((p.m + TOK - 1) / TOK) * ((p.n + kRows - 1) / kRows);
   const int64_t slots = int64_t(WgmmaTile<TOK>::kMinBlocks) * p.sm_count;
-  if (tiles == 0 || tiles >= slots) return 1;
+  auto slots_of = [&](int s) { return o.partials ? slots : cluster_slots<TOK, T>(s); };
+  if (o.count > 1) {
+    int s = o.count;
+    while (s > 1 && slots_of(s) == 0) --s;
+    return Split{s, s > 1 && !o.partials};
+  }
+  if (tiles == 0 || tiles >= slots || o.count == 1) return Split{};
   const int64_t stages = p.k / kStageK, fill = kXStages;
-  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(stages / kMinStagesPerSplit, kMaxSplits));
-  int64_t best = 1, best_waves = 1, best_len = stages + fill;  // cost = waves x the length of one split
-  for (int64_t s = 2; s <= most; ++s) {
-    const int64_t waves = (tiles * s + slots - 1) / slots, len = (stages + s - 1) / s + fill;
+  const int most = int(std::max<int64_t>(1, std::min<int64_t>(stages / kMinStagesPerSplit, kMaxSplits)));
+  int best = 1;
+  int64_t best_waves = 1, best_len = stages + fill;  // cost = waves x the length of one split
+  for (int s = 2; s <= most; ++s) {
+    const int64_t at_once = slots_of(s);
+    if (at_once == 0) continue;
+    const int64_t waves = (tiles * s + at_once - 1) / at_once, len = (stages + s - 1) / s + fill;
     if (waves * len < best_waves * best_len) best = s, best_waves = waves, best_len = len;
   }
-  return int(best);
+  return Split{best, best > 1 && !o.partials};
+}
+
+template <int TOK>
+Split split_tok(const Problem& p) {
+  return p.bf16 ? split_t<TOK, __nv_bfloat16>(p) : split_t<TOK, __half>(p);
 }
 
 template <int TOK, typename T>
 cudaError_t launch_t(const Problem& p, cudaStream_t s) {
-  using Tile = WgmmaTile<TOK>;
-  auto* kernel = &w4a16_wgmma_kernel<TOK, T>;
-  // On every launch, not once per process: the attribute is per device (multi-GPU processes).
-  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
-  if (attr != cudaSuccess) return attr;
-  const int splits = splits_t<TOK>(p);
-  if (splits > 1 && p.workspace == nullptr) return cudaErrorInvalidValue;
-  const dim3 grid(unsigned((p.m + TOK - 1) / TOK), unsigned((p.n + kRows - 1) / kRows), unsigned(splits));
-  kernel<<<grid, kThreads, Tile::kSmemBytes, s>>>(make_args<T>(p), static_cast<float*>(p.workspace));
+  if (const cudaError_t err = prepare_t<TOK, T>(); err != cudaSuccess) return err;
+  const Split split = split_t<TOK, T>(p);
+  if (split.count > 1 && !split.cluster && p.workspace == nullptr) return cudaErrorInvalidValue;
+  cudaLaunchAttribute cluster;
+  const dim3 grid(unsigned((p.m + TOK - 1) / TOK), unsigned((p.n + kRows - 1) / kRows), unsigned(split.count));
+  const cudaLaunchConfig_t c = launch_config<TOK, T>(grid, s, &cluster, split.cluster ? split.count : 1);
+  float* partials = split.cluster ? nullptr : static_cast<float*>(p.workspace);
+  if (const cudaError_t err = cudaLaunchKernelEx(&c, &w4a16_wgmma_kernel<TOK, T>, make_args<T>(p), partials);
+      err != cudaSuccess)
+    return err;
   return cudaGetLastError();
 }
 
@@ -82,18 +172,25 @@ const char* w4a16_wgmma_rejects(int tok, const Problem& p) {
   }
 }
 
-int w4a16_wgmma_splits(int tok, const Problem& p) {
+namespace {
+Split split_of(int tok, const Problem& p) {
   switch (tok) {
-    case 32: return splits_t<32>(p);
-    case 64: return splits_t<64>(p);
-    case 128: return splits_t<128>(p);
-    case 256: return splits_t<256>(p);
-    default: return 1;
+    case 32: return split_tok<32>(p);
+    case 64: return split_tok<64>(p);
+    case 128: return split_tok<128>(p);
+    case 256: return split_tok<256>(p);
+    default: return Split{};
   }
+}
+}  // namespace
+
+int w4a16_wgmma_partial_splits(int tok, const Problem& p) {
+  const Split split = split_of(tok, p);
+  return split.cluster ? 1 : split.count;
 }
 
 size_t w4a16_wgmma_workspace(int tok, const Problem& p) {
-  const int splits = w4a16_wgmma_splits(tok, p);
+  const int splits = w4a16_wgmma_partial_splits(tok, p);
   return splits > 1 ? size_t(splits) * size_t(p.m) * size_t(p.n) * sizeof(float) : 0;
 }
 

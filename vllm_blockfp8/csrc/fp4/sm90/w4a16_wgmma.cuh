@@ -6,8 +6,11 @@
 // reference.fragment_nvfp4_weight: each lane's 16 bytes of a (16-row tile, 64-deep stage) are its A fragment for
 // the stage's 4 k16 steps; exp8 scales beside them). Swap-AB: the wgmma M extent is weight rows (64 per warpgroup),
 // its N extent tokens. A CTA of two warpgroups (256 threads) computes 128 weight rows (warp w: the 16-row tile
-// 8 blockIdx.y + w) x TOK tokens (TOK = 32, 64, 128, 256) over its share of K (gridDim.z splits K; split z writes fp32
-// partials that sm80.cu's w4a16_reduce_kernel sums).
+// 8 blockIdx.y + w) x TOK tokens (TOK = 32, 64, 128, 256) over its share of K. gridDim.z splits K in one of two ways:
+// launched as clusters of gridDim.z CTAs along z, the splits of a tile sum their accumulators through distributed
+// shared memory and each stores a 1 / gridDim.z share of the output (no global traffic, no second kernel); launched
+// without clusters, split z writes fp32 partials that sm80.cu's w4a16_reduce_kernel sums. Both add the splits in
+// order 0, 1, ... from zero, so they give the same bits.
 // x runs in 64-wide stages through a cp.async ring of kXStages slots (every thread copies; zero-fill past M):
 // [TOK][64] 16-bit, one 128-byte row per token, 16-byte chunk c of row r at chunk c ^ (r % 8): the K-major
 // 128-byte-swizzle layout the wgmma B descriptor reads (wgmma.cuh). The weight and scales never touch shared memory:
@@ -18,8 +21,8 @@
 // Shared-memory reuse: iteration i loads x stage i + kXStages - 2 into the slot of stage i - 2, whose wgmma every
 // warpgroup has retired (wait_group 1 after stage i - 1's first step) before the barrier that precedes the load.
 // Tiles past N (N % 16 == 0, N % 128 need not be) re-read the last tile and are never stored.
-// Epilogue: fp32 accumulators * global_scale * 2^7 (kUnbias) + bias in fp32, one rounding, masked stores; or the
-// fp32 partials of a split. Numerics: decode.cuh (exact operands, fp32 accumulation).
+// Epilogue: fp32 accumulators * global_scale * 2^7 (kUnbias) + bias in fp32, one rounding, masked stores; or, split,
+// the cluster reduction (the tile [TOK][kReduceStride] fp32 in the ring's shared memory) or the fp32 partials. Numerics: decode.cuh (exact operands, fp32 accumulation).
 // Unsupported: the row-contiguous packings (ModelOpt's, paired: the layer stores the fragment packing on SM90),
 // x rows not 16-byte aligned, N > 65535 * 128, any GPU but SM90 (compute capability 9.0).
 #pragma once
@@ -44,6 +47,9 @@ constexpr int kXRowBytes = kStageK * 2;  // 128
 constexpr int kSteps = kStageK / 16;     // k16 steps (wgmma) per stage
 constexpr int kXStages = 4;              // x ring: two stages loading while two are read
 constexpr int kPrefetch = 4;             // weight and scale stages held in registers per lane
+// fp32 per token row of the cluster reduction's tile: + 4 puts the D fragment's 4 token columns (2t) on different
+// banks (2t x 132 = 8t mod 32), so a warp's stores of one d[j] hit 32 distinct banks.
+constexpr int kReduceStride = kRows + 4;
 
 template <int TOK>
 struct WgmmaTile {
@@ -52,8 +58,9 @@ struct WgmmaTile {
   // 3 (80 registers; at 4, 64 registers, ptxas spilled inside the loop), whose extra warps keep more loads in flight.
   static constexpr int kMinBlocks = TOK == 256 ? 1 : TOK == 32 ? 3 : 2;
   static constexpr int kXBytes = TOK * kXRowBytes;       // a multiple of the 1024-byte swizzle atom
+  static constexpr int kReduceBytes = TOK * kReduceStride * 4;  // the cluster reduction's tile, over the ring
   // + 1024: slack to align the ring, whatever the dynamic shared window's own alignment.
-  static constexpr int kSmemBytes = kXStages * kXBytes + 1024;
+  static constexpr int kSmemBytes = (kXStages * kXBytes > kReduceBytes ? kXStages * kXBytes : kReduceBytes) + 1024;
 };
 
 // Byte offset of 16-byte chunk c (0..7) of token row r in an x stage: the 128-byte swizzle.
@@ -162,6 +169,35 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
 #pragma unroll
   for (int j = 0; j < TOK / 2; ++j) fence_operand(acc[j]);
   sm80::cp_async_wait<0>();  // only empty groups remain; none may be pending at exit
+
+  if (gridDim.z > 1 && partials == nullptr) {
+    // The cluster reduction. Every warpgroup's wgmmas have read the ring (wait_group 0 above is per warpgroup) once
+    // all threads pass this barrier; then the ring holds this split's tile [token][row].
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < TOK / 2; ++j) {
+      const uint32_t at = ring + uint32_t((d_token(t, j) * kReduceStride + d_row(warp, g, j)) * 4);
+      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(at), "f"(acc[j]) : "memory");
+    }
+    cluster_sync();  // every split's tile is written and visible to the cluster
+    // CTA `rank` sums 4-row pieces rank, rank + splits, ... (in 256-piece strides) over the splits in order.
+    const int rank = int(cluster_ctarank()), splits = int(cluster_nctarank());
+    for (int piece = rank * kThreads + tid; piece < TOK * (kRows / 4); piece += splits * kThreads) {
+      const int tok = piece / (kRows / 4), r4 = 4 * (piece % (kRows / 4));
+      const int token = tok0 + tok, col = row0 + r4;
+      if (token >= a.m || col >= a.n) continue;  // N % 16 == 0: the piece's 4 rows are all in or all out
+      const uint32_t at = ring + uint32_t((tok * kReduceStride + r4) * 4);
+      float sum[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int q = 0; q < splits; ++q) {
+        const float4 v = ld_shared_cluster_f4(at, uint32_t(q));
+        sum[0] += v.x, sum[1] += v.y, sum[2] += v.z, sum[3] += v.w;
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) store_out(a, token, col + e, sum[e]);
+    }
+    cluster_sync();  // no CTA exits, releasing its shared memory, while another still reads it
+    return;
+  }
 
   int col[2];
   float scale[2] = {0.f, 0.f}, bias[2] = {0.f, 0.f};

@@ -1,6 +1,7 @@
 // SM90 (sm_90a only) warpgroup MMA primitives of the NVFP4 W4A16 wgmma kernel (w4a16_wgmma.cuh): the
 // register-A wgmma m64nNk16 (N = 32, 64, 128, 256; bf16 or f16 inputs, fp32 accumulators), its fence / commit / wait,
-// the shared-memory descriptor of a K-major 128-byte-swizzled B tile, and the async-proxy fence.
+// the shared-memory descriptor of a K-major 128-byte-swizzled B tile, the async-proxy fence, and the thread-block
+// cluster pieces of the in-cluster K-split reduction (rank, barrier, a read of another CTA's shared memory).
 //
 // PTX: wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T {d}, {a0..a3}, b-desc, scale-d, imm-scale-a, imm-scale-b,
 // imm-trans-b (the register-A form has no trans-a: A is K-major by definition). scale-d is a predicate, set to 1
@@ -45,6 +46,34 @@ __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"
 // (wgmma's B operand); a barrier then publishes them to the warpgroups.
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Thread-block clusters (PTX ISA "distributed shared memory"): this CTA's rank and the cluster's CTA count; a
+// barrier of every thread of the cluster whose release / acquire makes each CTA's earlier shared-memory writes
+// visible to the others' later reads; a 16-byte read of CTA `rank`'s shared memory at the address this CTA's own
+// window gives the same variable (mapa translates it into the cluster window).
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t smem_address, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_address), "r"(rank));
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(remote)
+               : "memory");
+  return v;
 }
 
 // d (64 x N fp32) += A (64 x 16, registers) * B (16 x N, shared memory via desc). One specialization per (N, input
