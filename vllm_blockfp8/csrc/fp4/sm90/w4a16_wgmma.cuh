@@ -214,8 +214,8 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
     const int h = (j >> 1) & 1, tok = tok0 + d_token(t, j);
     if (tok >= a.m || col[h] >= a.n) continue;
     if (gridDim.z == 1) {
-      float v = acc[j] * scale[h];  // store_out's arithmetic (gemv.cuh)
-      if (a.bias != nullptr) v += bias[h];
+      float v = __fmul_rn(acc[j], scale[h]);  // store_out's arithmetic (gemv.cuh), two roundings
+      if (a.bias != nullptr) v = __fadd_rn(v, bias[h]);
       a.out[int64_t(tok) * a.out_stride + col[h]] = from_float<T>(v);
     } else {
       partials[(int64_t(blockIdx.z) * a.m + tok) * a.n + col[h]] = acc[j];
