@@ -76,7 +76,7 @@ SM90_ENV_SWITCHES = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n")
                   "BLOCKFP8_SM90_TILE_N": ("16", "32", "48", "64", "80", "96", "112", "128", "144", "160", "192"),
                   "BLOCKFP8_SM90_NARROW_SPLIT": ("0", "1"),
                   # The NVFP4 wgmma rows' K split (csrc/fp4/sm90/w4a16_wgmma.cu): its reduction and a forced count.
-                  "BLOCKFP8_SM90_FP4_REDUCTION": ("cluster", "partials"),
+                  "BLOCKFP8_SM90_FP4_REDUCTION": ("auto", "cluster", "partials"),
                   "BLOCKFP8_SM90_FP4_SPLITS": tuple(str(s) for s in range(1, 17))}
 
 

@@ -15,9 +15,9 @@ namespace blockfp8::fp4::sm90 {
 // tile's shared memory, 16-byte aligned x rows.
 const char* w4a16_wgmma_rejects(int tok, const Problem& p);
 
-// K splits whose fp32 partials the caller reduces (1: none). Where the output tiles alone leave SMs idle the launch
-// splits K, by default in thread-block clusters that sum the splits in the kernel (then this is 1);
-// BLOCKFP8_SM90_FP4_REDUCTION=partials (an experiment switch, w4a16_wgmma.cu) makes them write partials instead.
+// K splits whose fp32 partials the caller reduces (1: none). Where the output tiles leave SMs idle the launch splits
+// K, summing the splits either in a thread-block cluster inside the kernel (then this is 1) or through fp32 partials,
+// whichever its cost model rates faster (w4a16_wgmma.cu; BLOCKFP8_SM90_FP4_REDUCTION / _SPLITS override it).
 int w4a16_wgmma_partial_splits(int tok, const Problem& p);
 
 // Bytes of fp32 partials the launch needs in p.workspace (0 without them).

@@ -19,21 +19,36 @@ constexpr int kMinStagesPerSplit = 8;  // 512 of K: the ring fills before a spli
 constexpr int kMaxDevices = 64;
 
 // Experiment switches, read once (library.py checks their values at import; fp4/NOTES.md has what they measured):
-// BLOCKFP8_SM90_FP4_REDUCTION=partials reduces K splits through fp32 partials and the reduce kernel instead of in the
-// cluster; BLOCKFP8_SM90_FP4_SPLITS=N forces N splits on every launch (the largest launchable cluster <= N).
+// BLOCKFP8_SM90_FP4_REDUCTION=cluster / partials restricts the rule's K splits to one reduction (default: the cheaper
+// of the two per problem); BLOCKFP8_SM90_FP4_SPLITS=N forces N splits on every launch (a cluster unless partials are
+// asked for; the largest launchable cluster <= N).
+enum class Reduction { kAuto, kCluster, kPartials };
 struct SplitOptions {
-  bool partials = false;
+  Reduction reduction = Reduction::kAuto;
   int count = 0;  // 0: the rule's
 };
 const SplitOptions& split_options() {
   static const SplitOptions o = [] {
     SplitOptions r;
-    if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_REDUCTION"); v && std::strcmp(v, "partials") == 0) r.partials = true;
+    if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_REDUCTION"); v && *v)
+      r.reduction = std::strcmp(v, "partials") == 0  ? Reduction::kPartials
+                    : std::strcmp(v, "cluster") == 0 ? Reduction::kCluster
+                                                     : Reduction::kAuto;
     if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_SPLITS"); v && *v) r.count = std::clamp(std::atoi(v), 0, kMaxSplits);
     return r;
   }();
   return o;
 }
+
+// The 256-token tile's K-split costs in microseconds, fitted by least squares (weights 1 / time) to the 225 timings of
+// the 15 benchmark layers at M = 256 on an H100, each under both reductions with 1, 2, 3, 4, 6 and 8 splits forced
+// and the rule's own count (within 5% rms; fp4/NOTES.md): one 64-deep stage of a CTA, per wave; a wave's fixed cost
+// (ring fill, epilogue); one MB of fp32 partials written plus one read back by the reduce kernel; a cluster's in-kernel
+// sum, per wave.
+struct SplitCosts {
+  double stage, wave, partial_mb, cluster_wave;
+};
+constexpr SplitCosts kTok256Costs{0.75, 6.3, 0.18, 1.9};
 
 // How a launch splits K: `count` CTAs share each output tile's stages; `cluster`: they are one thread-block cluster
 // and sum through distributed shared memory in the kernel, else they write fp32 partials the caller reduces.
@@ -104,35 +119,67 @@ int64_t cluster_slots(int splits) {
   return int64_t(clusters) * splits;
 }
 
-// Where the output tiles leave CTA slots idle, split K: the count s that minimizes waves(s) x (stages / s + ring
-// fill), waves(s) = ceil(tiles s / slots(s)), the smaller on a tie; each split at least 8 stages, at most 16 splits.
-// slots(s): the CTAs that run at once in clusters of s (cluster_slots), or the tile's CTAs per SM x SMs for fp32
-// partials. Counting slots rather than SMs matters for the 1-CTA-per-SM 128x256 tile: "about two CTAs per SM"
-// launched 6 splits (288 CTAs, 3 waves) for qkv at M = 256. The cluster sums the splits on chip; fp32 partials cost
-// 2 x splits x M x N x 4 bytes of traffic, 1.2-4.4x the weight's bytes at M = 128..256 (fp4/NOTES.md).
+// K split, s = 1..16 with at least 8 stages per split; waves(s) = ceil(tiles x s / slots), slots the tile's CTAs per
+// SM x SMs for partials and, for a cluster, the CTAs that run at once in clusters of s (cluster_slots: 117 for s = 3
+// at one CTA per SM on an H100, not 132).
+// - 256-token tile (M = 129..511): the reduction and s of least modelled time, kTok256Costs:
+//     stage x waves x ceil(stages / s) + wave x waves + (partials: partial_mb x 2 x s x M x N x 4 / 1e6;
+//                                                        cluster: cluster_wave x waves).
+//   Neither reduction wins everywhere: a cluster has no partial traffic (1.2-4.4x the weight's bytes at M = 256 with
+//   the old rule's counts) but fits fewer CTAs at once. Over the old rule: 0.93x the time (geomean), 0.73-1.02x.
+// - 32..128-token tiles: fp32 partials, s minimizing waves x (stages / s + ring fill). Where these tiles' layers are
+//   bound by memory the wave model did not predict either reduction's time (15% rms), and the 128-token tile's
+//   model-chosen clusters lost up to 10% on 4 of 15 layers (fp4/NOTES.md); BLOCKFP8_SM90_FP4_REDUCTION=cluster uses
+//   clusters there (with cluster slots).
+// The smaller s on a tie; a cluster over partials on a tie.
 template <int TOK, typename T>
 Split split_t(const Problem& p) {
   const SplitOptions& o = split_options();
   const int64_t tiles = ((p.m + TOK - 1) / TOK) * ((p.n + kRows - 1) / kRows);
   const int64_t slots = int64_t(WgmmaTile<TOK>::kMinBlocks) * p.sm_count;
-  auto slots_of = [&](int s) { return o.partials ? slots : cluster_slots<TOK, T>(s); };
-  if (o.count > 1) {
+  if (o.count > 0) {
     int s = o.count;
-    while (s > 1 && slots_of(s) == 0) --s;
-    return Split{s, s > 1 && !o.partials};
+    const bool partials = o.reduction == Reduction::kPartials;
+    while (s > 1 && !partials && cluster_slots<TOK, T>(s) == 0) --s;
+    return Split{s, s > 1 && !partials};
   }
-  if (tiles == 0 || tiles >= slots || o.count == 1) return Split{};
-  const int64_t stages = p.k / kStageK, fill = kXStages;
+  if (tiles == 0) return Split{};
+  const int64_t stages = p.k / kStageK;
   const int most = int(std::max<int64_t>(1, std::min<int64_t>(stages / kMinStagesPerSplit, kMaxSplits)));
-  int best = 1;
-  int64_t best_waves = 1, best_len = stages + fill;  // cost = waves x the length of one split
-  for (int s = 2; s <= most; ++s) {
-    const int64_t at_once = slots_of(s);
-    if (at_once == 0) continue;
-    const int64_t waves = (tiles * s + at_once - 1) / at_once, len = (stages + s - 1) / s + fill;
-    if (waves * len < best_waves * best_len) best = s, best_waves = waves, best_len = len;
+  auto waves = [&](int s, bool cluster) -> int64_t {  // 0: cannot launch
+    const int64_t at_once = s == 1 || !cluster ? slots : cluster_slots<TOK, T>(s);
+    return at_once == 0 ? 0 : (tiles * s + at_once - 1) / at_once;
+  };
+  Split best{};
+  if constexpr (TOK == 256) {
+    auto modelled = [&](int s, bool cluster) {  // < 0: cannot launch
+      const SplitCosts& c = kTok256Costs;
+      const int64_t w = waves(s, cluster);
+      if (w == 0) return -1.0;
+      const double reduce = s == 1    ? 0.0
+                            : cluster ? c.cluster_wave * double(w)
+                                      : c.partial_mb * 8e-6 * double(s) * double(p.m) * double(p.n);
+      return c.stage * double(w * ((stages + s - 1) / s)) + c.wave * double(w) + reduce;
+    };
+    double best_cost = modelled(1, false);
+    for (int s = 2; s <= most; ++s)
+      for (int r = 0; r < 2; ++r) {
+        const bool cluster = r == 0;
+        if (o.reduction != Reduction::kAuto && cluster != (o.reduction == Reduction::kCluster)) continue;
+        const double cost = modelled(s, cluster);
+        if (cost >= 0 && cost < best_cost) best = Split{s, cluster}, best_cost = cost;
+      }
+  } else {
+    const bool cluster = o.reduction == Reduction::kCluster;
+    if (tiles >= slots) return Split{};
+    const int64_t fill = kXStages;
+    int64_t best_len = stages + fill, best_waves = 1;  // cost = waves x the length of one split
+    for (int s = 2; s <= most; ++s) {
+      const int64_t w = waves(s, cluster), len = (stages + s - 1) / s + fill;
+      if (w > 0 && w * len < best_waves * best_len) best = Split{s, cluster}, best_waves = w, best_len = len;
+    }
   }
-  return Split{best, best > 1 && !o.partials};
+  return best;
 }
 
 template <int TOK>
