@@ -319,7 +319,8 @@ def test_wgmma_rows_ragged_and_long_k(row, dtype):
     """The SM90 wgmma rows forced at M ragged against their 32/64/128/256-token tiles, N ragged against the
     128-row tile (1008, 144: the 16-row tiles past N re-read the last one and are never stored), K = 1088 (17
     64-wide stages: not a multiple of 128) and K = 16384 all-positive (a scale on the wrong group or a lost stage
-    shows). N = 144 at small M leaves 2 output tiles, so those calls split K (summed in a thread-block cluster): an
+    shows). N = 144 at small M leaves 2 output tiles, so those calls split K (fp32 partials and the reduce kernel, or a
+    thread-block cluster where the 128x256 row's model picks one; test_wgmma_split_reductions_agree forces both): an
     output element left unwritten is NaN-poisoned by _run and fails."""
     if not _row_accepts(row, 1, 144, 1088, "fragment"):
         pytest.skip(f"{row} runs on SM90 only")

@@ -34,7 +34,8 @@ const SplitOptions& split_options() {
       r.reduction = std::strcmp(v, "partials") == 0  ? Reduction::kPartials
                     : std::strcmp(v, "cluster") == 0 ? Reduction::kCluster
                                                      : Reduction::kAuto;
-    if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_SPLITS"); v && *v) r.count = std::clamp(std::atoi(v), 0, kMaxSplits);
+    if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_SPLITS"); v && *v)
+      r.count = std::clamp(std::atoi(v), 0, kMaxSplits);
     return r;
   }();
   return o;
@@ -75,12 +76,13 @@ const char* rejects_t(const Problem& p) {
   return rows_16byte_aligned(p.x, p.m, p.x_stride) ? nullptr : kRowsNot16ByteAligned;
 }
 
-// Once per process and device: the kernel's dynamic shared memory and clusters of up to 16 CTAs.
+// The kernel's dynamic shared memory and clusters of up to 16 CTAs, set on every launch, not once per process: the
+// attributes are per device (multi-GPU processes).
 template <int TOK, typename T>
 cudaError_t prepare_t() {
   auto* kernel = &w4a16_wgmma_kernel<TOK, T>;
-  // On every call, not once per process: the attributes are per device (multi-GPU processes).
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WgmmaTile<TOK>::kSmemBytes);
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WgmmaTile<TOK>::kSmemBytes);
   if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   return err;
 }
@@ -126,7 +128,8 @@ int64_t cluster_slots(int splits) {
 //     stage x waves x ceil(stages / s) + wave x waves + (partials: partial_mb x 2 x s x M x N x 4 / 1e6;
 //                                                        cluster: cluster_wave x waves).
 //   Neither reduction wins everywhere: a cluster has no partial traffic (1.2-4.4x the weight's bytes at M = 256 with
-//   the old rule's counts) but fits fewer CTAs at once. Over the old rule: 0.93x the time (geomean), 0.73-1.02x.
+//   the partials rule's counts) but fits fewer CTAs at once. Against the partials rule below: 0.93x the time
+//   (geomean), 0.73-1.02x per layer.
 // - 32..128-token tiles: fp32 partials, s minimizing waves x (stages / s + ring fill). Where these tiles' layers are
 //   bound by memory the wave model did not predict either reduction's time (15% rms), and the 128-token tile's
 //   model-chosen clusters lost up to 10% on 4 of 15 layers (fp4/NOTES.md); BLOCKFP8_SM90_FP4_REDUCTION=cluster uses

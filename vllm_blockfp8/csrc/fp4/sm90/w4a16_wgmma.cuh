@@ -21,8 +21,9 @@
 // Shared-memory reuse: iteration i loads x stage i + kXStages - 2 into the slot of stage i - 2, whose wgmma every
 // warpgroup has retired (wait_group 1 after stage i - 1's first step) before the barrier that precedes the load.
 // Tiles past N (N % 16 == 0, N % 128 need not be) re-read the last tile and are never stored.
-// Epilogue: fp32 accumulators * global_scale * 2^7 (kUnbias) + bias in fp32, one rounding, masked stores; or, split,
-// the cluster reduction (the tile [TOK][kReduceStride] fp32 in the ring's shared memory) or the fp32 partials. Numerics: decode.cuh (exact operands, fp32 accumulation).
+// Epilogue: fp32 accumulators * global_scale * 2^7 (kUnbias) + bias in fp32 (store_out's arithmetic), one rounding to
+// 16 bits, masked stores; or, split, the cluster reduction (this split's tile [TOK][kReduceStride] fp32 in the ring's
+// shared memory) or the fp32 partials. Numerics: decode.cuh (exact operands, fp32 accumulation).
 // Unsupported: the row-contiguous packings (ModelOpt's, paired: the layer stores the fragment packing on SM90),
 // x rows not 16-byte aligned, N > 65535 * 128, any GPU but SM90 (compute capability 9.0).
 #pragma once
