@@ -32,7 +32,8 @@
 #                spec's position); benchmarks/analysis/ab_compare.py BASE|selected reads each pair;
 #                CAP_AB (300 s) is split evenly over the processes
 #   fp4_split_sweep  bench_nvfp4 (ours only) under each NVFP4 wgmma K-split setting in FP4_SWEEP
-#                ("REDUCTION:SPLITS@M_LIST[@ROWS]" ..., FP4_SWEEP_SHAPES), one process each; CAP_SWEEP (300 s)
+#                ("REDUCTION:SPLITS@M_LIST[@ROWS]" ..., FP4_SWEEP_SHAPES), one process each, and the cluster slots
+#                probe; CAP_SWEEP (300 s); benchmarks/analysis/fp4_split_fit.py fits the split rule's costs to them
 #   host_overhead dev/probes/host_overhead.py: host vs GPU time per eager linear call (prefill chunks run
 #                outside CUDA graphs in vLLM)
 #   ncu          Nsight Compute sections for the launches in NCU_SPECS (dev/ncu/ncu_rows.py specs)
@@ -179,7 +180,10 @@ for s in "$@"; do
             --json benchmarks/results/bench_gemm_ab_${i}_${rows%%,*}_$o.json | grep -E "^geomean|^    ours"; done; done' ;;
     fp4_split_sweep)  # the NVFP4 wgmma rows' K split: bench_nvfp4 (ours, no peers) per "REDUCTION:SPLITS@M_LIST[@ROWS]"
       # in FP4_SWEEP (space-separated; SPLITS 0: the rule's count; ROWS: forced rows beside the selected one), one
-      # process each (the switches are read once): benchmarks/results/fp4_split_<I>_<REDUCTION><SPLITS>.json
+      # process each (the switches are read once): benchmarks/results/fp4_split_<I>_<REDUCTION><SPLITS>.json, and
+      # run/cluster_slots.txt (dev/probes/cluster_slots_probe.cu): benchmarks/analysis/fp4_split_fit.py reads both
+      nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a dev/probes/cluster_slots_probe.cu -o /tmp/cluster_slots \
+        && /tmp/cluster_slots > "$LOGS/cluster_slots.txt"
       stage fp4_split_sweep ${CAP_SWEEP:-300} bash -c 'set -- ${FP4_SWEEP:?set FP4_SWEEP}; n=$#; i=0; for spec in "$@"; do
         i=$((i + 1)); IFS=@ read -r mode ms rows <<< "$spec"; red=${mode%%:*} splits=${mode#*:}
         [ "$splits" = 0 ] && splits=
