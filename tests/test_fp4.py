@@ -101,12 +101,23 @@ def _layer(n: int, k: int) -> str:
 
 WGMMA_FIRST = "fp4_wgmma_128x32"  # where the M = 9..16 GEMV rows yield
 T16_ROWS = ("fp4_gemv_mma_t16_ks8", "fp4_gemv_mma_t16")
+TOK128_ROW = "fp4_wgmma_128x128"  # past M = 128 only where its cost model beats the 128x256 row's
+
+
+def _tok128_modelled_faster(m: int, n: int, k: int) -> bool:
+    """sm80.cu's wgmma_tok128_defers: the two tiles' modelled times, as their launchers report them (their arithmetic
+    is checked against this file's own in test_wgmma_plan_follows_cost_model)."""
+    t128, t256 = (ops.nvfp4_wgmma_plan(tok, m, n, k)["modelled_us"] for tok in (128, 256))
+    return 0 < t128 < t256
 
 
 def _defers(name: str, m: int, n: int, k: int, packing: str) -> bool:
-    """Selection only (sm80.cu, gemv_t16_defers; a forced row still runs): at M = 9..16 the two-token-tile GEMV rows
-    yield to the wgmma 128x32 row, where it takes the problem, on layers of >= 2^25 weights and on K <= 512. Both rows
-    ask the same question."""
+    """Selection only (sm80.cu; a forced row still runs). gemv_t16_defers: at M = 9..16 the two-token-tile GEMV rows
+    yield to the wgmma 128x32 row, where it takes the problem, on layers of >= 2^25 weights and on K <= 512 (both
+    rows ask the same question). wgmma_tok128_defers: past M = 128 the 128x128 row yields to the 128x256 row unless
+    the cost models rate it faster."""
+    if name == TOK128_ROW:
+        return m > 128 and not _tok128_modelled_faster(m, n, k)
     if name not in T16_ROWS or m <= 8 or (n * k < 1 << 25 and k > 512):
         return False
     return WGMMA_FIRST in ROW_NAMES and _row_accepts(WGMMA_FIRST, m, n, k, packing)
@@ -329,6 +340,60 @@ def test_wgmma_rows_ragged_and_long_k(row, dtype):
         for m in (1, 31, 33, 63, 65, 200, 257, 513):
             x = _x(m, k, dtype, positive=positive)
             _check(x, *w, row=row, what=f"{row} M={m} N={n} K={k}", packing="fragment")
+    # K = 512 (8 stages) never splits: the unsplit epilogue (the tile staged in shared memory, 16-byte row pieces) at
+    # ragged M and N, with per-row global scales and a bias.
+    packed, scale, gs = _weight(1008, 512)
+    per_row = gs * (torch.arange(1008, device="cuda") % 7 + 1) / 4
+    bias = _x(1, 1008, dtype, seed=5)[0]
+    for m in (1, 31, 33, 65, 129, 200, 257):
+        assert ops.nvfp4_wgmma_plan(int(row.split("x")[-1]), m, 1008, 512)["splits"] == 1
+        _check(_x(m, 512, dtype), packed, scale, per_row, bias, row=row, what=f"{row} M={m} N=1008 K=512 unsplit",
+               packing="fragment")
+
+
+# The cost models of w4a16_wgmma.cu (kTok256Costs, kTok128Costs): stage, wave, MB of partials, cluster sum per wave.
+TOK256_COSTS, TOK128_COSTS = (0.75, 6.3, 0.18, 1.9), (0.69, 7.0, 0.19, 0.0)
+
+
+def _modelled(costs, m, n, k, splits, cluster, at_once, tok):
+    stage, wave, partial_mb, cluster_wave = costs
+    waves = -(-(-(-m // tok) * -(-n // 128) * splits) // at_once)
+    reduce = 0.0 if splits == 1 else cluster_wave * waves if cluster else partial_mb * 8e-6 * splits * m * n
+    return stage * waves * -(-(k // 64) // splits) + wave * waves + reduce
+
+
+@pytest.mark.parametrize("m", (129, 160, 192, 256, 320, 384, 448, 511))
+def test_wgmma_plan_follows_cost_model(m):
+    """M = 129..511: the 128x256 launcher's split is the least modelled time over its options (checked here against
+    every option this file can cost without the GPU's cluster slots: no split and fp32 partials), the 128x128
+    launcher keeps the partials rule (waves x (stages / s + 4), the smaller s on a tie), and both report the time of
+    what they launch; the selection (test_selection_follows_table) compares those times."""
+    if TOK128_ROW not in WGMMA_ROWS or not _row_accepts(TOK128_ROW, m, 1024, 1024, "fragment"):
+        pytest.skip("the wgmma rows run on SM90 only")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    chose = set()
+    for shape in shapes.BENCHMARK_SET:
+        n, k = shape.n, shape.k
+        most = max(1, min(k // 64 // 8, 16))
+        plan = ops.nvfp4_wgmma_plan(256, m, n, k)
+        s, cluster = plan["splits"], plan["cluster"]
+        assert plan["at_once"] == sms or (cluster and 0 < plan["at_once"] <= sms), plan
+        cost = _modelled(TOK256_COSTS, m, n, k, s, cluster, plan["at_once"], 256)
+        assert plan["modelled_us"] == pytest.approx(cost, rel=1e-5), (shape.name, plan)
+        for q in range(1, most + 1):
+            assert cost <= _modelled(TOK256_COSTS, m, n, k, q, False, sms, 256) * (1 + 1e-9), (shape.name, q, plan)
+        plan = ops.nvfp4_wgmma_plan(128, m, n, k)
+        assert not plan["cluster"] and plan["at_once"] == 2 * sms, plan
+        tiles, stages = -(-m // 128) * -(-n // 128), k // 64
+        rule = 1
+        if tiles < 2 * sms:
+            lengths = {q: -(-tiles * q // (2 * sms)) * (-(-stages // q) + 4) for q in range(1, most + 1)}
+            rule = min(lengths, key=lambda q: (lengths[q], q))
+        assert plan["splits"] == rule, (shape.name, plan)
+        assert plan["modelled_us"] == pytest.approx(_modelled(TOK128_COSTS, m, n, k, rule, False, 2 * sms, 128),
+                                                    rel=1e-5), (shape.name, plan)
+        chose.add(_pick(m, n, k, "fragment"))
+    assert chose <= {TOK128_ROW, "fp4_wgmma_128x256"}, chose
 
 
 # Run in a child process per mode (the extension reads the split switches once): every wgmma row forced, at ragged

@@ -25,6 +25,7 @@ if not HAS_CUDA_KERNELS:
               "CompositeExplicitAutograd")
     _lib.impl("gemv_pins_residency", lambda cb, sm, ks, mt: False, "CompositeExplicitAutograd")
     _lib.impl("gemm_k_plan", lambda row, m, n, k, sm: "", "CompositeExplicitAutograd")
+    _lib.impl("nvfp4_wgmma_plan", lambda tok, m, n, k: "", "CompositeExplicitAutograd")
     _lib.impl("set_sm90_pdl", lambda mode: "0", "CompositeExplicitAutograd")
     _lib.impl("set_tuned_rows", lambda entries: "", "CompositeExplicitAutograd")
     _lib.impl("tuned_rows", lambda: "", "CompositeExplicitAutograd")
@@ -122,6 +123,22 @@ def gemm_k_plan(row: int, m: int, n: int, k: int, sm_count: Optional[int] = None
     plan = json.loads(out) if out else None
     _need(plan is None or "error" not in plan, f"gemm_k_plan(row={row}, m={m}, n={n}, k={k}, "
           f"sm_count={sm_count}): {plan and plan.get('error')}")
+    return plan
+
+
+def nvfp4_wgmma_plan(tok: int, m: int, n: int, k: int) -> Optional[dict]:
+    """How the SM90 NVFP4 wgmma tile of ``tok`` tokens (32, 64, 128, 256) splits K for an (M, N, K) problem on this
+    GPU, as its launcher decides (the BLOCKFP8_SM90_FP4_* switches applied): {"splits": s, "cluster": whether the
+    splits sum in a thread-block cluster (else through fp32 partials), "at_once": CTAs that run at once in that launch
+    shape, "modelled_us": the cost model's time (the 256-token tile, and the 128-token tile past M = 128; else 0)}.
+    The 128x128 row takes M = 129..511 where its modelled_us is below the 256-token tile's. None without a GPU or
+    where the build has no SM90 wgmma rows."""
+    if not HAS_CUDA_KERNELS or not torch.cuda.is_available():
+        return None
+    out = torch.ops.blockfp8.nvfp4_wgmma_plan(tok, m, n, k)
+    plan = json.loads(out) if out else None
+    _need(plan is None or "error" not in plan, f"nvfp4_wgmma_plan(tok={tok}, m={m}, n={n}, k={k}): "
+          f"{plan and plan.get('error')}")
     return plan
 
 

@@ -39,6 +39,7 @@ _SCHEMAS = {
     "row_rejects": "row_rejects(str family, int row, int m, int n, int k, int x_address, int x_stride) -> str",
     "gemv_pins_residency": "gemv_pins_residency(int column_blocks, int sm_count, int ksplit, int m_tiles) -> bool",
     "gemm_k_plan": "gemm_k_plan(int row, int m, int n, int k, int sm_count) -> str",
+    "nvfp4_wgmma_plan": "nvfp4_wgmma_plan(int tok, int m, int n, int k) -> str",
     "gemm_table_plan": "gemm_table_plan(str table, int row, int m, int n, int k, int sm_count) -> str",
     "gemm_table_rows": "gemm_table_rows(str table) -> str",
     "gemm_self_check": "gemm_self_check(str table) -> str",
@@ -77,7 +78,9 @@ SM90_ENV_SWITCHES = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n")
                   "BLOCKFP8_SM90_NARROW_SPLIT": ("0", "1"),
                   # The NVFP4 wgmma rows' K split (csrc/fp4/sm90/w4a16_wgmma.cu): its reduction and a forced count.
                   "BLOCKFP8_SM90_FP4_REDUCTION": ("auto", "cluster", "partials"),
-                  "BLOCKFP8_SM90_FP4_SPLITS": tuple(str(s) for s in range(1, 17))}
+                  "BLOCKFP8_SM90_FP4_SPLITS": tuple(str(s) for s in range(1, 17)),
+                  # ... and their unsplit epilogue: the output tile staged in shared memory, or 2-byte stores.
+                  "BLOCKFP8_SM90_FP4_EPILOGUE": ("staged", "direct")}
 
 
 # The user switches the extension and the package read, with their allowed values (README): a typo fails at import

@@ -24,7 +24,7 @@ from . import reference
 from .host_ops import (TUNED_FIELDS, build_info, check_forced_rows, first_use_pending, first_use_record,  # noqa: F401
                        first_use_run, gemm_k_plan, gemm_self_check, gemm_table, gemm_table_plan, gemm_table_rows,
                        gemv_pins_residency, nvfp4_native_path, nvfp4_native_rows, nvfp4_self_check,
-                       nvfp4_self_check_run, selected_row, set_gemm_table, set_sm90_pdl, set_tuned_rows, sm90_pdl,
+                       nvfp4_self_check_run, nvfp4_wgmma_plan, selected_row, set_gemm_table, set_sm90_pdl, set_tuned_rows, sm90_pdl,
                        tile_table, tuned_rows)
 from .library import (FAMILIES, FORCE_ENV, FORCED_ROWS, GEMM_TABLES, SM90_ENV_SWITCHES, _IMPORT_ERROR,  # noqa: F401
                       HAS_CUDA_KERNELS, _lib, _need, check_env, kernels_unavailable_reason, parse_force)

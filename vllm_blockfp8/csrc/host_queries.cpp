@@ -117,6 +117,13 @@ int64_t op_select_row(std::string family, int64_t m, int64_t n, int64_t k) {
   return linear::select(shape);
 }
 
+// The SM90 NVFP4 wgmma tile's K split for an (M, N, K) problem on this GPU, the weight in the fragment packing.
+std::string op_nvfp4_wgmma_plan(int64_t tok, int64_t m, int64_t n, int64_t k) {
+  const DeviceFacts dev = current_device_facts();
+  const linear::Shape shape{m, n, k, linear::table_arch(dev.cc), dev.sm_count};
+  return fp4::wgmma_plan_json(int(tok), fp4_shape(shape, dev, int(fp4::Packing::kFragment)));
+}
+
 // "" when row `row` of `family` can run the problem, else why not (checked before the tensor op:
 // an exception thrown inside a stable-ABI tensor kernel does not unwind safely).
 std::string op_row_rejects(std::string family, int64_t row, int64_t m, int64_t n, int64_t k, int64_t x_address,
@@ -361,6 +368,7 @@ STABLE_TORCH_LIBRARY_IMPL(blockfp8, CompositeExplicitAutograd, m) {
   m.impl("row_rejects", TORCH_BOX(&blockfp8::op_row_rejects));
   m.impl("gemv_pins_residency", TORCH_BOX(&blockfp8::op_gemv_pins_residency));
   m.impl("gemm_k_plan", TORCH_BOX(&blockfp8::op_gemm_k_plan));
+  m.impl("nvfp4_wgmma_plan", TORCH_BOX(&blockfp8::op_nvfp4_wgmma_plan));
   m.impl("gemm_table_plan", TORCH_BOX(&blockfp8::op_gemm_table_plan));
   m.impl("gemm_table_rows", TORCH_BOX(&blockfp8::op_gemm_table_rows));
   m.impl("gemm_self_check", TORCH_BOX(&blockfp8::op_gemm_self_check));

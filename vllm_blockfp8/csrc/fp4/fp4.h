@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "../common/tile_row.h"
 
@@ -79,6 +80,10 @@ size_t workspace_bytes(int i, const Problem& p);
 // Whether row i only dequantizes: its launch writes the weight, x's 16-bit type [n, k] with the global scale folded
 // in, into the workspace (workspace_bytes), and the op multiplies x by it (cuBLAS) and adds the bias.
 bool dequantizes(int i);
+
+// The SM90 wgmma tile of `tok` tokens' K split for p as JSON (host_ops.nvfp4_wgmma_plan): "" where the build has no
+// wgmma rows, {"error": ...} for a tile that does not exist.
+std::string wgmma_plan_json(int tok, const Problem& p);
 
 // Enqueues row i on stream s. Never synchronizes and never allocates (CUDA-graph capturable).
 // Returns cudaErrorInvalidValue if rejects(i, p) != nullptr, cudaSuccess without a launch when

@@ -292,6 +292,14 @@ const char* gemv_t16_defers(const Problem& p) {
   return wgmma_rejects<32>(p) == nullptr ? "M = 9..16 on a large layer or K <= 512: wgmma 128x32 is faster" : nullptr;
 }
 
+// The 128x128 row past its own M = 128 only where the cost models rate it faster than the 128x256 row (fewer padding
+// tokens at M = 257..383, two CTAs per SM where 256-token tiles leave a partial wave): 0.87x the 128x256 row's time at
+// M = 384, 0.97x at 256 (geomeans, 15 layers, H100).
+const char* wgmma_tok128_defers(const Problem& p) {
+  if (p.m <= 128 || sm90::w4a16_wgmma_tok128_modelled_faster(p)) return nullptr;
+  return "M > 128 where the cost model rates 128 x 256 tiles faster";
+}
+
 template <int TOK>
 cudaError_t launch_wgmma(const Problem& p, cudaStream_t s) {
   if (const cudaError_t err = sm90::launch_w4a16_wgmma(TOK, p, s); err != cudaSuccess) return err;
@@ -351,9 +359,10 @@ constexpr Fp4Row kRows[] = {
                               "decoded whole), 128 x 64 tiles, 4-stage x ring (33 KB), 2 blocks per SM, K split where "
                               "the tiles leave SMs idle"},
      &wgmma_rejects<64>, &launch_wgmma<64>, &wgmma_workspace<64>},
-    {{"fp4_wgmma_128x128", 128, "SM90, M = 65..128: 128 x 128 tiles (66 KB, 2 blocks per SM), K split where the "
-                                "tiles leave SMs idle"},
-     &wgmma_rejects<128>, &launch_wgmma<128>, &wgmma_workspace<128>},
+    {{"fp4_wgmma_128x128", kDequantMinM - 1, "SM90, M = 65..128, and M = 129..511 where its cost model rates it "
+                                            "faster than 128 x 256 tiles: 128 x 128 tiles (66 KB, 2 blocks per SM), "
+                                            "K split where the tiles leave SMs idle"},
+     &wgmma_rejects<128>, &launch_wgmma<128>, &wgmma_workspace<128>, &wgmma_tok128_defers},
     {{"fp4_wgmma_128x256", kDequantMinM - 1, "SM90, M = 129..511: 128 x 256 tiles (m64n256k16, 132 KB, 1 block "
                                             "per SM), K split where the tiles leave SMs idle"},
      &wgmma_rejects<256>, &launch_wgmma<256>, &wgmma_workspace<256>},
@@ -383,6 +392,19 @@ static_assert(kDequantRow >= 0, "the op asks dequantizes() for this row");
 static_assert(kRows[kNumRows - 1].info.max_m == kUnboundedM, "the last row must take any M");
 
 }  // namespace
+
+std::string wgmma_plan_json(int tok, const Problem& p) {
+#ifdef BLOCKFP8_HAS_SM90_GEMM
+  const sm90::WgmmaPlan plan = sm90::w4a16_wgmma_plan(tok, p);
+  if (plan.splits == 0) return "{\"error\": \"no wgmma tile with that many tokens (32, 64, 128, 256)\"}";
+  return "{\"splits\": " + std::to_string(plan.splits) + ", \"cluster\": " + (plan.cluster ? "true" : "false") +
+         ", \"at_once\": " + std::to_string(plan.at_once) + ", \"modelled_us\": " + std::to_string(plan.modelled_us) +
+         "}";
+#else
+  (void)tok, (void)p;
+  return "";
+#endif
+}
 
 Packing layer_packing(int cc, int64_t n, int64_t k) {
 #ifdef BLOCKFP8_HAS_SM90_GEMM

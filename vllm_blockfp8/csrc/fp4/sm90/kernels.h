@@ -20,6 +20,22 @@ const char* w4a16_wgmma_rejects(int tok, const Problem& p);
 // whichever its cost model rates faster (w4a16_wgmma.cu; BLOCKFP8_SM90_FP4_REDUCTION / _SPLITS override it).
 int w4a16_wgmma_partial_splits(int tok, const Problem& p);
 
+// M = 129..511: whether the 128-token tile's cost model (kTok128Costs, with its partials-rule split) rates it faster
+// than the 256-token tile's (kTok256Costs, its best reduction and split); false where either has no model (forced
+// splits).
+bool w4a16_wgmma_tok128_modelled_faster(const Problem& p);
+
+// The launch's K split as its launcher decides it: splits, whether they sum in a cluster, the CTAs that run at once in
+// that launch shape (cluster slots for a cluster), the cost model's time (0 where the tile has none). splits == 0:
+// no such tile.
+struct WgmmaPlan {
+  int splits = 0;
+  bool cluster = false;
+  int64_t at_once = 0;
+  double modelled_us = 0;
+};
+WgmmaPlan w4a16_wgmma_plan(int tok, const Problem& p);
+
 // Bytes of fp32 partials the launch needs in p.workspace (0 without them).
 size_t w4a16_wgmma_workspace(int tok, const Problem& p);
 

@@ -26,6 +26,7 @@ enum class Reduction { kAuto, kCluster, kPartials };
 struct SplitOptions {
   Reduction reduction = Reduction::kAuto;
   int count = 0;  // 0: the rule's
+  bool stage_output = true;  // BLOCKFP8_SM90_FP4_EPILOGUE=direct: 2-byte stores from the accumulators instead
 };
 const SplitOptions& split_options() {
   static const SplitOptions o = [] {
@@ -36,6 +37,8 @@ const SplitOptions& split_options() {
                                                      : Reduction::kAuto;
     if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_SPLITS"); v && *v)
       r.count = std::clamp(std::atoi(v), 0, kMaxSplits);
+    if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_EPILOGUE"); v && *v)
+      r.stage_output = std::strcmp(v, "direct") != 0;
     return r;
   }();
   return o;
@@ -50,13 +53,20 @@ struct SplitCosts {
   double stage, wave, partial_mb, cluster_wave;
 };
 constexpr SplitCosts kTok256Costs{0.75, 6.3, 0.18, 1.9};
+// The 128-token tile past M = 128 (2 CTAs per SM, the partials rule's count; no cluster term), fitted the same way to
+// 45 timings of the 15 layers at M = 192, 256 and 384 on an H100 (9% rms): the 128x128 row takes M = 129..511 where
+// this rates it faster than the 256-token tile (fp4/NOTES.md).
+constexpr SplitCosts kTok128Costs{0.69, 7.0, 0.19, 0.0};
 
 // How a launch splits K: `count` CTAs share each output tile's stages; `cluster`: they are one thread-block cluster
 // and sum through distributed shared memory in the kernel, else they write fp32 partials the caller reduces.
 struct Split {
   int count = 1;
   bool cluster = false;
+  double modelled_us = 0;  // the cost model's time for the launch (the 256-token tile, and the 128-token one past M =
+                           // 128; 0 elsewhere)
 };
+
 
 template <typename T>
 Args<T> make_args(const Problem& p) {
@@ -73,6 +83,8 @@ const char* rejects_t(const Problem& p) {
   if (WgmmaTile<TOK>::kSmemBytes > p.max_smem)
     return "the tile's pipeline needs more shared memory per block than this GPU has";
   if ((p.n + kRows - 1) / kRows > kMaxGridY) return "N must be at most 65535 * 128 (128-row tiles on grid.y)";
+  // The unsplit epilogue stores 16-byte pieces of output rows (the op's own output always is: N % 16 == 0).
+  if (reinterpret_cast<uintptr_t>(p.out) % 16 != 0 || p.out_stride % 8 != 0) return "out rows must be 16-byte aligned";
   return rows_16byte_aligned(p.x, p.m, p.x_stride) ? nullptr : kRowsNot16ByteAligned;
 }
 
@@ -153,34 +165,35 @@ Split split_t(const Problem& p) {
     const int64_t at_once = s == 1 || !cluster ? slots : cluster_slots<TOK, T>(s);
     return at_once == 0 ? 0 : (tiles * s + at_once - 1) / at_once;
   };
+  auto modelled = [&](const SplitCosts& c, int s, bool cluster) {  // < 0: cannot launch
+    const int64_t w = waves(s, cluster);
+    if (w == 0) return -1.0;
+    const double reduce = s == 1    ? 0.0
+                          : cluster ? c.cluster_wave * double(w)
+                                    : c.partial_mb * 8e-6 * double(s) * double(p.m) * double(p.n);
+    return c.stage * double(w * ((stages + s - 1) / s)) + c.wave * double(w) + reduce;
+  };
   Split best{};
   if constexpr (TOK == 256) {
-    auto modelled = [&](int s, bool cluster) {  // < 0: cannot launch
-      const SplitCosts& c = kTok256Costs;
-      const int64_t w = waves(s, cluster);
-      if (w == 0) return -1.0;
-      const double reduce = s == 1    ? 0.0
-                            : cluster ? c.cluster_wave * double(w)
-                                      : c.partial_mb * 8e-6 * double(s) * double(p.m) * double(p.n);
-      return c.stage * double(w * ((stages + s - 1) / s)) + c.wave * double(w) + reduce;
-    };
-    double best_cost = modelled(1, false);
+    best.modelled_us = modelled(kTok256Costs, 1, false);
     for (int s = 2; s <= most; ++s)
       for (int r = 0; r < 2; ++r) {
         const bool cluster = r == 0;
         if (o.reduction != Reduction::kAuto && cluster != (o.reduction == Reduction::kCluster)) continue;
-        const double cost = modelled(s, cluster);
-        if (cost >= 0 && cost < best_cost) best = Split{s, cluster}, best_cost = cost;
+        const double cost = modelled(kTok256Costs, s, cluster);
+        if (cost >= 0 && cost < best.modelled_us) best = Split{s, cluster, cost};
       }
   } else {
     const bool cluster = o.reduction == Reduction::kCluster;
-    if (tiles >= slots) return Split{};
-    const int64_t fill = kXStages;
-    int64_t best_len = stages + fill, best_waves = 1;  // cost = waves x the length of one split
-    for (int s = 2; s <= most; ++s) {
-      const int64_t w = waves(s, cluster), len = (stages + s - 1) / s + fill;
-      if (w > 0 && w * len < best_waves * best_len) best = Split{s, cluster}, best_waves = w, best_len = len;
+    if (tiles < slots) {
+      const int64_t fill = kXStages;
+      int64_t best_len = stages + fill, best_waves = 1;  // cost = waves x the length of one split
+      for (int s = 2; s <= most; ++s) {
+        const int64_t w = waves(s, cluster), len = (stages + s - 1) / s + fill;
+        if (w > 0 && w * len < best_waves * best_len) best = Split{s, cluster}, best_waves = w, best_len = len;
+      }
     }
+    if (TOK == 128 && p.m > 128) best.modelled_us = modelled(kTok128Costs, best.count, best.cluster);
   }
   return best;
 }
@@ -199,7 +212,8 @@ cudaError_t launch_t(const Problem& p, cudaStream_t s) {
   const dim3 grid(unsigned((p.m + TOK - 1) / TOK), unsigned((p.n + kRows - 1) / kRows), unsigned(split.count));
   const cudaLaunchConfig_t c = launch_config<TOK, T>(grid, s, &cluster, split.cluster ? split.count : 1);
   float* partials = split.cluster ? nullptr : static_cast<float*>(p.workspace);
-  if (const cudaError_t err = cudaLaunchKernelEx(&c, &w4a16_wgmma_kernel<TOK, T>, make_args<T>(p), partials);
+  if (const cudaError_t err =
+          cudaLaunchKernelEx(&c, &w4a16_wgmma_kernel<TOK, T>, make_args<T>(p), partials, split_options().stage_output);
       err != cudaSuccess)
     return err;
   return cudaGetLastError();
@@ -233,6 +247,31 @@ Split split_of(int tok, const Problem& p) {
   }
 }
 }  // namespace
+
+template <int TOK>
+WgmmaPlan plan_tok(const Problem& p) {
+  const Split split = split_tok<TOK>(p);
+  WgmmaPlan plan{split.count, split.cluster, 0, split.modelled_us};
+  plan.at_once = !split.cluster ? int64_t(WgmmaTile<TOK>::kMinBlocks) * p.sm_count
+                 : p.bf16       ? cluster_slots<TOK, __nv_bfloat16>(split.count)
+                                : cluster_slots<TOK, __half>(split.count);
+  return plan;
+}
+
+WgmmaPlan w4a16_wgmma_plan(int tok, const Problem& p) {
+  switch (tok) {
+    case 32: return plan_tok<32>(p);
+    case 64: return plan_tok<64>(p);
+    case 128: return plan_tok<128>(p);
+    case 256: return plan_tok<256>(p);
+    default: return WgmmaPlan{};
+  }
+}
+
+bool w4a16_wgmma_tok128_modelled_faster(const Problem& p) {
+  const double tok128 = split_of(128, p).modelled_us, tok256 = split_of(256, p).modelled_us;
+  return tok128 > 0 && tok256 > 0 && tok128 < tok256;
+}
 
 int w4a16_wgmma_partial_splits(int tok, const Problem& p) {
   const Split split = split_of(tok, p);
