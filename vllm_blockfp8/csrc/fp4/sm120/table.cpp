@@ -2,7 +2,7 @@
 // call to it (native.h). Host code, compiled into every build; the rows exist where the build has sm_120a
 // (BLOCKFP8_HAS_SM120_NVFP4), otherwise the table is empty and path_rejects says why.
 //
-// The rows are compiled (ptxas: fp4/NOTES.md) but have never run on SM120 hardware here: their reasons are
+// The rows are compiled (ptxas: fp4/sm120/NOTES.md) but have never run on SM120 hardware here: their reasons are
 // design reasons, to be replaced by measurements. Only what CUTLASS's SM120 collective allows is listed: tiles
 // are 128 rows of M (the scale-factor atom is 128 rows) and >= 128 of N; no clusters (SM120 has no multicast).
 #include <cstdint>
