@@ -81,6 +81,9 @@ def test_sm90_switches_are_checked_at_import_values():
         ops.check_env({"BLOCKFP8_SM90_FP4_SPLITS": "17"})
     with pytest.raises(ValueError, match="BLOCKFP8_SM90_FP4_REDUCTION='atomic'"):
         ops.check_env({"BLOCKFP8_SM90_FP4_REDUCTION": "atomic"})
+    ops.check_env({"BLOCKFP8_SM90_FP4_EPILOGUE": "direct"})
+    with pytest.raises(ValueError, match="BLOCKFP8_SM90_FP4_EPILOGUE='stmatrix'"):
+        ops.check_env({"BLOCKFP8_SM90_FP4_EPILOGUE": "stmatrix"})
     ops.check_env({"BLOCKFP8_SM90_PDL": "0"})
     ops.check_env({"BLOCKFP8_SM90_PDL": "1"})
     ops.check_env({"BLOCKFP8_SM90_PDL": "gemm"})

@@ -26,6 +26,7 @@ enum class Reduction { kAuto, kCluster, kPartials };
 struct SplitOptions {
   Reduction reduction = Reduction::kAuto;
   int count = 0;  // 0: the rule's
+  bool stage_output = true;  // BLOCKFP8_SM90_FP4_EPILOGUE=direct: 2-byte stores from the accumulators instead
 };
 const SplitOptions& split_options() {
   static const SplitOptions o = [] {
@@ -36,6 +37,8 @@ const SplitOptions& split_options() {
                                                      : Reduction::kAuto;
     if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_SPLITS"); v && *v)
       r.count = std::clamp(std::atoi(v), 0, kMaxSplits);
+    if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_EPILOGUE"); v && *v)
+      r.stage_output = std::strcmp(v, "direct") != 0;
     return r;
   }();
   return o;
@@ -80,6 +83,8 @@ const char* rejects_t(const Problem& p) {
   if (WgmmaTile<TOK>::kSmemBytes > p.max_smem)
     return "the tile's pipeline needs more shared memory per block than this GPU has";
   if ((p.n + kRows - 1) / kRows > kMaxGridY) return "N must be at most 65535 * 128 (128-row tiles on grid.y)";
+  // The unsplit epilogue stores 16-byte pieces of output rows (the op's own output always is: N % 16 == 0).
+  if (reinterpret_cast<uintptr_t>(p.out) % 16 != 0 || p.out_stride % 8 != 0) return "out rows must be 16-byte aligned";
   return rows_16byte_aligned(p.x, p.m, p.x_stride) ? nullptr : kRowsNot16ByteAligned;
 }
 
@@ -207,7 +212,8 @@ cudaError_t launch_t(const Problem& p, cudaStream_t s) {
   const dim3 grid(unsigned((p.m + TOK - 1) / TOK), unsigned((p.n + kRows - 1) / kRows), unsigned(split.count));
   const cudaLaunchConfig_t c = launch_config<TOK, T>(grid, s, &cluster, split.cluster ? split.count : 1);
   float* partials = split.cluster ? nullptr : static_cast<float*>(p.workspace);
-  if (const cudaError_t err = cudaLaunchKernelEx(&c, &w4a16_wgmma_kernel<TOK, T>, make_args<T>(p), partials);
+  if (const cudaError_t err =
+          cudaLaunchKernelEx(&c, &w4a16_wgmma_kernel<TOK, T>, make_args<T>(p), partials, split_options().stage_output);
       err != cudaSuccess)
     return err;
   return cudaGetLastError();

@@ -25,7 +25,7 @@
 // 16 bits, masked stores; or, split, the cluster reduction (this split's tile [TOK][kReduceStride] fp32 in the ring's
 // shared memory) or the fp32 partials. Numerics: decode.cuh (exact operands, fp32 accumulation).
 // Unsupported: the row-contiguous packings (ModelOpt's, paired: the layer stores the fragment packing on SM90),
-// x rows not 16-byte aligned, N > 65535 * 128, any GPU but SM90 (compute capability 9.0).
+// x or out rows not 16-byte aligned, N > 65535 * 128, any GPU but SM90 (compute capability 9.0).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,6 +51,9 @@ constexpr int kPrefetch = 4;             // weight and scale stages held in regi
 // fp32 per token row of the cluster reduction's tile: + 4 puts the D fragment's 4 token columns (2t) on different
 // banks (2t x 132 = 8t mod 32), so a warp's stores of one d[j] hit 32 distinct banks.
 constexpr int kReduceStride = kRows + 4;
+// Bytes per token row of the unsplit epilogue's output tile ([token][128 rows] 16-bit, over the ring): + 16 puts the
+// 8 token rows a stmatrix phase writes on 8 different 16-byte bank groups.
+constexpr int kOutPitch = kRows * 2 + 16;
 
 template <int TOK>
 struct WgmmaTile {
@@ -62,6 +65,7 @@ struct WgmmaTile {
   static constexpr int kReduceBytes = TOK * kReduceStride * 4;  // the cluster reduction's tile, over the ring
   // + 1024: slack to align the ring, whatever the dynamic shared window's own alignment.
   static constexpr int kSmemBytes = (kXStages * kXBytes > kReduceBytes ? kXStages * kXBytes : kReduceBytes) + 1024;
+  static_assert(TOK * kOutPitch <= kXStages * kXBytes, "the output tile is staged in the ring");
 };
 
 // Byte offset of 16-byte chunk c (0..7) of token row r in an x stage: the 128-byte swizzle.
@@ -74,7 +78,7 @@ __host__ __device__ constexpr int d_token(int t, int j) { return 8 * (j >> 2) + 
 
 template <int TOK, typename T>
 __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
-    w4a16_wgmma_kernel(const Args<T> a, float* partials) {
+    w4a16_wgmma_kernel(const Args<T> a, float* partials, bool stage_output) {
   using Tile = WgmmaTile<TOK>;
   constexpr int kAhead = kXStages - 2;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -210,14 +214,48 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
       if (a.bias != nullptr) bias[h] = to_float(a.bias[col[h]]);
     }
   }
+  auto finish = [&](float acc_j, int h) {  // store_out's arithmetic (gemv.cuh), two roundings
+    const float v = __fmul_rn(acc_j, scale[h]);
+    return a.bias != nullptr ? __fadd_rn(v, bias[h]) : v;
+  };
+
+  if (gridDim.z == 1 && stage_output) {
+    // The output tile goes through shared memory, [token][128 rows] 16-bit, so the global stores are whole 16-byte
+    // pieces of token rows instead of 2-byte stores that fill half of each sector. Every warpgroup's wgmmas have read
+    // the ring once all threads pass this barrier.
+    __syncthreads();
+    // stmatrix x4 (transposed) per two 8-token blocks q, q + 1: matrix i is (rows 8 (i % 2) of the warp's 16, tokens
+    // 8 (q + i / 2)), whose lane (g, t) pair is d[4 q + 2 i], d[4 q + 2 i + 1] (tokens 2t, 2t + 1 of row g).
+    const int mi = lane >> 3, mr = lane & 7;
+    const uint32_t st_base = ring + uint32_t((8 * (mi >> 1) + mr) * kOutPitch + (16 * warp + 8 * (mi & 1)) * 2);
+#pragma unroll
+    for (int q = 0; q < TOK / 8; q += 2) {
+      uint32_t r[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        r[i] = pack_pair<T>(finish(acc[4 * q + 2 * i], i & 1), finish(acc[4 * q + 2 * i + 1], i & 1));
+      stmatrix_x4_trans(st_base + uint32_t(8 * q * kOutPitch), r);
+    }
+    __syncthreads();
+    // 16 16-byte pieces per token row (out rows 16-byte aligned: rejects_t); N % 16 == 0, so a piece's 8 rows are all
+    // in or all out.
+    for (int piece = tid; piece < TOK * 16; piece += kThreads) {
+      const int tok = piece >> 4, c = piece & 15, token = tok0 + tok, out_col = row0 + 8 * c;
+      if (token >= a.m || out_col >= a.n) continue;
+      uint4 v;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                   : "r"(ring + uint32_t(tok * kOutPitch + 16 * c)));
+      *reinterpret_cast<uint4*>(a.out + int64_t(token) * a.out_stride + out_col) = v;
+    }
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < TOK / 2; ++j) {
     const int h = (j >> 1) & 1, tok = tok0 + d_token(t, j);
     if (tok >= a.m || col[h] >= a.n) continue;
     if (gridDim.z == 1) {
-      float v = __fmul_rn(acc[j], scale[h]);  // store_out's arithmetic (gemv.cuh), two roundings
-      if (a.bias != nullptr) v = __fadd_rn(v, bias[h]);
-      a.out[int64_t(tok) * a.out_stride + col[h]] = from_float<T>(v);
+      a.out[int64_t(tok) * a.out_stride + col[h]] = from_float<T>(finish(acc[j], h));
     } else {
       partials[(int64_t(blockIdx.z) * a.m + tok) * a.n + col[h]] = acc[j];
     }

@@ -75,6 +75,14 @@ __device__ __forceinline__ float4 ld_shared_cluster_f4(uint32_t smem_address, ui
                : "memory");
   return v;
 }
+// Four 8 x 8 16-bit matrices to shared memory, transposed: register i of lane (g, t) holds row g, columns 2t and 2t + 1
+// of matrix i (the mma / wgmma D-fragment shape), and lane 8i + r gives the address of row r of matrix i as stored,
+// i.e. of its column r: 8 consecutive 16-bit values, 16 bytes.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t smem_address, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_address),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 
 // d (64 x N fp32) += A (64 x 16, registers) * B (16 x N, shared memory via desc). One specialization per (N, input
 // type); the asm operand lists are spelled out because inline asm takes no arrays.
