@@ -24,6 +24,8 @@
 #   wgmma_probe  dev/probes/wgmma_rate_probe.cu: cycles per FP8 wgmma by N, chains, issue order, warpgroups
 #   fp4_frag_gemv_probe  dev/probes/fp4_frag_gemv_probe.cu: the NVFP4 decode GEMV rows on the fragment packing
 #                with and without prefetch and x staged per block beside a plain read, M = 1-16 (~20 s + build)
+#   fp4_wgmma_phase_probe  dev/probes/fp4_wgmma_phase_probe.cu: where a wave of the NVFP4 wgmma GEMM spends its
+#                time (launch gap, CTA starts, first loads, loop, epilogue, tail) against an empty grid (~30 s + nvcc)
 #   pdl_probe    dev/probes/pdl_gemv_probe.cu: [norm, NVFP4 decode GEMV] pairs with and without programmatic
 #                dependent launch, M = 1, Qwen3-8B's layers: what PDL hides of the GEMV's fixed cost (~10 s + nvcc)
 #   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST[@SHAPES]" in GEMM_AB
@@ -165,6 +167,9 @@ for s in "$@"; do
     fp4_frag_gemv_probe) stage fp4_frag_gemv_probe 150 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   --expt-relaxed-constexpr dev/probes/fp4_frag_gemv_probe.cu -o /tmp/fp4_frag_gemv_probe \
                   && /tmp/fp4_frag_gemv_probe benchmarks/results/fp4_frag_gemv_probe.json' ;;
+    fp4_wgmma_phase_probe) stage fp4_wgmma_phase_probe 150 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
+                  --expt-relaxed-constexpr dev/probes/fp4_wgmma_phase_probe.cu -o /tmp/fp4_wgmma_phase_probe \
+                  && /tmp/fp4_wgmma_phase_probe benchmarks/results/fp4_wgmma_phase_probe.json' ;;
     pdl_probe) stage pdl_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   --expt-relaxed-constexpr dev/probes/pdl_gemv_probe.cu -o /tmp/pdl_gemv_probe \
                   && /tmp/pdl_gemv_probe benchmarks/results/pdl_gemv_probe.json' ;;

@@ -43,16 +43,24 @@ struct GraphTiming {
 
 // Median per-launch time of `launch(copy)` over a CUDA graph that walks `copies` copies of the
 // weight (together larger than L2, so L2 never serves a copy twice in a row).
+// An instantiated CUDA graph of launch(0, stream), ..., launch(copies - 1, stream) in stream order.
 template <typename Launcher>
-GraphTiming time_graph(Launcher launch, int copies) {
-  cudaStream_t stream;
-  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+cudaGraphExec_t capture_chain(Launcher& launch, int copies, cudaStream_t stream) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   for (int c = 0; c < copies; ++c) launch(c, stream);
   CHECK(cudaStreamEndCapture(stream, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
+template <typename Launcher>
+GraphTiming time_graph(Launcher launch, int copies) {
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraphExec_t exec = capture_chain(launch, copies, stream);
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
   CHECK(cudaEventCreate(&stop));
@@ -70,7 +78,6 @@ GraphTiming time_graph(Launcher launch, int copies) {
   CHECK(cudaGetLastError());
   std::sort(samples.begin(), samples.end());
   CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
   CHECK(cudaEventDestroy(start));
   CHECK(cudaEventDestroy(stop));
   CHECK(cudaStreamDestroy(stream));

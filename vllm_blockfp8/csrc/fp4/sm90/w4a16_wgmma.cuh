@@ -39,6 +39,13 @@
 #include "../gemv.cuh"
 #include "wgmma.cuh"
 
+// Phase marks, empty in the extension: dev/probes/fp4_wgmma_phase_probe.cu defines them before including this header
+// to time where a wave goes (thread 0 passing mark i where `when` holds; each warp's exit).
+#ifndef BLOCKFP8_WGMMA_PHASE
+#define BLOCKFP8_WGMMA_PHASE(i, when)
+#define BLOCKFP8_WGMMA_PHASE_END()
+#endif
+
 namespace blockfp8::fp4::sm90 {
 
 constexpr int kRows = 128;               // weight rows per CTA: two warpgroups of 64, 8 16-row tiles
@@ -86,6 +93,7 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int tok0 = blockIdx.x * TOK, row0 = blockIdx.y * kRows;
+  BLOCKFP8_WGMMA_PHASE(0, true);
   // This split's stages [kt0, kt1) (an empty split writes zero partials).
   const int stages_k = a.k / kStageK;
   const int per_split = (stages_k + int(gridDim.z) - 1) / int(gridDim.z);
@@ -155,6 +163,7 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
       sm80::cp_async_wait<kAhead - 1>();  // this thread's copies of stage i landed
       fence_proxy_async_shared();         // ... and are ordered before the async proxy's (wgmma's) reads
       __syncthreads();                    // everyone's copies; every warpgroup retired its wgmma of stage i - 2
+      BLOCKFP8_WGMMA_PHASE(1, i == 0);
       load_x();
       const uint64_t desc = sw128_kmajor_desc(ring + uint32_t(i % kXStages) * Tile::kXBytes);
 #pragma unroll
@@ -168,9 +177,11 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
         wgmma_commit();
         wgmma_wait<1>();  // the previous step's wgmma (and its registers) retired; this one runs under the next decode
       }
+      BLOCKFP8_WGMMA_PHASE(2, i == 0);
     }
   }
   wgmma_wait<0>();
+  BLOCKFP8_WGMMA_PHASE(3, true);
 #pragma unroll
   for (int j = 0; j < TOK / 2; ++j) fence_operand(acc[j]);
   sm80::cp_async_wait<0>();  // only empty groups remain; none may be pending at exit
@@ -201,6 +212,7 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
       for (int e = 0; e < 4; ++e) store_out(a, token, col + e, sum[e]);
     }
     cluster_sync();  // no CTA exits, releasing its shared memory, while another still reads it
+    BLOCKFP8_WGMMA_PHASE_END();
     return;
   }
 
@@ -248,6 +260,7 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
                    : "r"(ring + uint32_t(tok * kOutPitch + 16 * c)));
       *reinterpret_cast<uint4*>(a.out + int64_t(token) * a.out_stride + out_col) = v;
     }
+    BLOCKFP8_WGMMA_PHASE_END();
     return;
   }
 #pragma unroll
@@ -260,6 +273,7 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
       partials[(int64_t(blockIdx.z) * a.m + tok) * a.n + col[h]] = acc[j];
     }
   }
+  BLOCKFP8_WGMMA_PHASE_END();
 }
 
 }  // namespace blockfp8::fp4::sm90
