@@ -832,6 +832,29 @@ def test_prebuilt_pack_builds_what_it_hashes(tmp_path):
     assert (scratch / "vllm_blockfp8" / "csrc" / "a.cu").read_text() == "// edited\n"
 
 
+def test_prebuilt_pack_base_builds_a_revision(tmp_path):
+    """pack-base REV builds that revision's sources, not the working tree's, into .prebuilt_base (ab_builds' base
+    build), stamped with the hash the device computes for that revision's tree; the tree's own .prebuilt is left."""
+    tree, env = _prebuilt_tree(tmp_path, None)
+    a_cu = tree / "vllm_blockfp8" / "csrc" / "a.cu"
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"]):
+        subprocess.run(["git", *args], cwd=tree, check=True, capture_output=True)
+    base_hash = _source_hash(tree, "9.0a")
+    a_cu.write_text("// edited\n")
+    fake = tmp_path / "fakebuild.sh"
+    fake.write_text(f'#!/bin/bash\nmkdir -p vllm_blockfp8 && printf ELF > vllm_blockfp8/_C.abi3.so\n'
+                    f'cp vllm_blockfp8/csrc/a.cu {tmp_path}/built_a.cu\nexit 0\n')
+    fake.chmod(0o755)
+    env = dict(env, PYTHON=str(fake), PREBUILT_SCRATCH=str(tmp_path / "scratch"))
+    proc = subprocess.run(["bash", str(tree / "dev" / "device" / "prebuilt.sh"), "pack-base", "HEAD", "9.0a"], cwd=tree,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "built_a.cu").read_text() == "// kernel\n", "built the working tree, not the revision"
+    assert (tree / ".prebuilt_base" / "hash").read_text().strip() == base_hash != _source_hash(tree, "9.0a")
+    assert (tree / ".prebuilt_base" / "_C.abi3.so.xz").exists() and not (tree / ".prebuilt").exists()
+    assert "packed .prebuilt_base from HEAD" in proc.stdout
+
+
 def _fake_wheel(folder: Path, version: str) -> None:
     """A minimal flashinfer-python wheel pip installs offline."""
     import zipfile

@@ -15,8 +15,8 @@ rule's "where the base row is selected"). Printed: per candidate, the geomean ov
 count of points where it is faster, the range and the worst shape. --out writes one compact JSON (gzip-compressed for a .json.gz name)
 (the runs' headers and every forced-row time, enough to recompute everything printed); --plot
 draws the per-point ratios by M. --settings compares one setting of the same rows against another
-(an environment switch, each setting in its own process): pairs (candidate run, base run), ideally
-run in the order candidate, base, base, candidate so that drift cancels as well. --impls compares two impls
+(an environment switch or a build, each in its own process: h200_check.sh ab_builds): pairs (candidate
+run, base run), ideally run in the order candidate, base, base, candidate so that drift cancels as well. --impls compares two impls
 of the same run (e.g. ``ours@pdl=1`` against ``ours``, both timed interleaved in one process), each run
 naming its own pair, so a second run may hold the two in the other position (``ours`` in mode 1 against
 ``ours@pdl=0``): per point the geomean over the runs of CAND / BASE.

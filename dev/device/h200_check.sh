@@ -33,6 +33,10 @@
 #                the row order reversed in the second (bench_gemm_ab_<I>_<ROW_A>_{a,b}.json, I = the
 #                spec's position); benchmarks/analysis/ab_compare.py BASE|selected reads each pair;
 #                CAP_AB (300 s) is split evenly over the processes
+#   ab_builds    the tree's build against a base revision's (.prebuilt_base carried: dev/device/prebuilt.sh
+#                pack-base REV; the same op schemas), the extension's _C swapped between bench processes in the order
+#                tree, base, base, tree; AB_BENCH: the bench module and arguments (default bench_nvfp4, ours only,
+#                M = 32..384); benchmarks/analysis/ab_compare.py --settings prints tree / base per M; CAP_AB (300 s)
 #   fp4_split_sweep  bench_nvfp4 (ours only) under each NVFP4 wgmma K-split setting in FP4_SWEEP
 #                ("REDUCTION:SPLITS@M_LIST[@ROWS]" ..., FP4_SWEEP_SHAPES), one process each, and the cluster slots
 #                probe; CAP_SWEEP (300 s); benchmarks/analysis/fp4_split_fit.py fits the split rule's costs to them
@@ -183,6 +187,16 @@ for s in "$@"; do
           BENCH_TIME_BUDGET_S=$(( BENCH_TIME_BUDGET_S / (2 * n) )) python3 -m benchmarks.bench_gemm --ops gemm \
             --peers none --rows "$r" --m "$ms" --shapes "${shp:-benchmark_set}" --plot /dev/null \
             --json benchmarks/results/bench_gemm_ab_${i}_${rows%%,*}_$o.json | grep -E "^geomean|^    ours"; done; done' ;;
+    ab_builds)
+      stage ab_builds ${CAP_AB:-300} bash -c 'so=$(python3 -c "import torch, vllm_blockfp8._C as c; print(c.__file__)") \
+        && cp "$so" /tmp/ab_tree_C.so && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]),
+          open(sys.argv[2], \"wb\"))" .prebuilt_base/_C.abi3.so.xz /tmp/ab_base_C.so || exit 1
+        r=benchmarks/results/ab_builds; i=0; for v in tree base base tree; do i=$((i + 1)); cp /tmp/ab_${v}_C.so "$so"
+          BENCH_TIME_BUDGET_S=$(( BENCH_TIME_BUDGET_S / 4 )) python3 -m ${AB_BENCH:-benchmarks.bench_nvfp4 --peers none \
+            --no-fp8 --m 32,64,128,256,384} --plot /dev/null --json ${r}_${i}_$v.json | grep -E "^geomean"; done
+        cp /tmp/ab_tree_C.so "$so"
+        python3 benchmarks/analysis/ab_compare.py --settings base ${r}_1_tree.json ${r}_2_base.json ${r}_4_tree.json \
+          ${r}_3_base.json' ;;
     fp4_split_sweep)  # the NVFP4 wgmma rows' K split: bench_nvfp4 (ours, no peers) per "REDUCTION:SPLITS@M_LIST[@ROWS]"
       # in FP4_SWEEP (space-separated; SPLITS 0: the rule's count; ROWS: forced rows beside the selected one), one
       # process each (the switches are read once): benchmarks/results/fp4_split_<I>_<REDUCTION><SPLITS>.json, and

@@ -8,6 +8,9 @@
 #                                            units recompile; a cold build is ~12 min on 2 cores), then write
 #                                            .prebuilt/_C.abi3.so.xz (~3 MB) and .prebuilt/hash (of the copy built).
 #                                            Carry ".prebuilt" with the call.
+#   dev/device/prebuilt.sh pack-base REV [ARCHS]  the same for revision REV's sources (git archive: the scratch copy's
+#                                            unchanged units keep their objects), written to .prebuilt_base/: the base
+#                                            build of h200_check.sh's ab_builds stage.
 #   dev/device/prebuilt.sh hash ARCHS        print the sources' hash: the build stamp lib.sh and h200_check.sh compare.
 #   dev/device/prebuilt.sh install ARCHS     on the device (lib.sh's build_extension and h200_check.sh call it): when
 #                                            .prebuilt/hash names exactly these sources and ARCHS, unpack the library,
@@ -47,6 +50,16 @@ case ${1:-} in
     [ "$(cat .prebuilt/hash)" = "$(source_hash "$archs")" ] \
       || echo "prebuilt: the tree changed while this pack ran: it holds the sources of its start; pack again"
     ;;
+  pack-base)
+    rev=${2:?REV} archs=${3:-8.9;9.0a} base=${TMPDIR:-/tmp}/blockfp8-base-tree
+    # An archive keeps the commit's times (older than the scratch's objects); pack touches what differs from its last
+    # build. pack copies what git lists, hence the throwaway repository.
+    rm -rf "$base" && mkdir -p "$base" && { git archive "$rev" | tar -xf - -C "$base"; } || exit 1
+    (cd "$base" && git init -q && git add -A) || exit 1
+    (cd "$base" && PYTHON="$PY" bash dev/device/prebuilt.sh pack "$archs") || exit 1
+    rm -rf .prebuilt_base && cp -r "$base/.prebuilt" .prebuilt_base && rm -rf "$base" || exit 1
+    echo "packed .prebuilt_base from $rev ($(cat .prebuilt_base/hash))"
+    ;;
   install)
     archs=${2:?ARCHS}
     [ -f .prebuilt/_C.abi3.so.xz ] || exit 0
@@ -68,5 +81,5 @@ case ${1:-} in
     fi
     ;;
   hash) source_hash "${2:?ARCHS}" ;;
-  *) echo "usage: dev/device/prebuilt.sh pack [ARCHS] | hash ARCHS | install ARCHS" >&2; exit 2 ;;
+  *) echo "usage: dev/device/prebuilt.sh pack [ARCHS] | pack-base REV [ARCHS] | hash ARCHS | install ARCHS" >&2; exit 2 ;;
 esac
