@@ -331,7 +331,7 @@ def test_wgmma_rows_ragged_and_long_k(row, dtype):
     128-row tile (1008, 144: the 16-row tiles past N re-read the last one and are never stored), K = 1088 (17
     64-wide stages: not a multiple of 128) and K = 16384 all-positive (a scale on the wrong group or a lost stage
     shows). N = 144 at small M leaves 2 output tiles, so those calls split K (fp32 partials and the reduce kernel, or a
-    thread-block cluster where the 128x256 row's model picks one; test_wgmma_modes_agree forces both): an
+    thread-block cluster where the 128x256 row's model picks one; test_wgmma_reductions_agree forces both): an
     output element left unwritten is NaN-poisoned by _run and fails."""
     if not _row_accepts(row, 1, 144, 1088, "fragment"):
         pytest.skip(f"{row} runs on SM90 only")
@@ -418,16 +418,12 @@ torch.save(outs, sys.argv[2])
 """
 
 
-@pytest.mark.parametrize("splits,switch,modes", (("3", "REDUCTION", ("cluster", "partials")),
-                                                 ("8", "REDUCTION", ("cluster", "partials")),
-                                                 ("1", "EPILOGUE", ("staged", "direct"))))
-def test_wgmma_modes_agree(splits, switch, modes, tmp_path):
+@pytest.mark.parametrize("splits", ("3", "8"))
+def test_wgmma_reductions_agree(splits, tmp_path):
     """A K split of the wgmma rows sums its splits in a thread-block cluster through distributed shared memory by
     default, and through fp32 partials and the reduce kernel under BLOCKFP8_SM90_FP4_REDUCTION=partials. Both add the
-    splits in order from zero and share the epilogue, so with the count forced (BLOCKFP8_SM90_FP4_SPLITS) they must
-    give the same bits. Unsplit, the output tile goes through shared memory by default and straight from the
-    accumulators under BLOCKFP8_SM90_FP4_EPILOGUE=direct: the same bits too. Each also matches the reference (in the
-    child)."""
+    splits in order from zero and share the epilogue's arithmetic, so with the count forced (BLOCKFP8_SM90_FP4_SPLITS)
+    they must give the same bits. Each also matches the reference (in the child)."""
     if not WGMMA_ROWS or not _row_accepts(WGMMA_ROWS[0], 1, 144, 1088, "fragment"):
         pytest.skip("the wgmma rows run on SM90 only")
     import os
@@ -436,8 +432,9 @@ def test_wgmma_modes_agree(splits, switch, modes, tmp_path):
     from pathlib import Path
 
     outs = {}
+    modes = ("cluster", "partials")
     for mode in modes:
-        env = {**os.environ, "BLOCKFP8_SM90_FP4_SPLITS": splits, f"BLOCKFP8_SM90_FP4_{switch}": mode}
+        env = {**os.environ, "BLOCKFP8_SM90_FP4_SPLITS": splits, "BLOCKFP8_SM90_FP4_REDUCTION": mode}
         dst = tmp_path / f"{mode}.pt"
         proc = subprocess.run([sys.executable, "-c", _SPLIT_CHILD, str(Path(__file__).parent), str(dst)], env=env,
                               capture_output=True, text=True, timeout=600)

@@ -72,3 +72,34 @@ def test_fit_recovers_the_constants_and_chooses_their_minimum(tmp_path, capsys):
     assert fit.main([str(tmp_path), "--slots", str(slots_file), "--m", "256"]) == 0
     out = capsys.readouterr().out
     assert "tile 256: 66 records, rms 0.000" in out and "best sampled 1.000" in out
+
+
+def test_forced_row_fits_its_own_tile_and_other_tiles_are_left_out(tmp_path, capsys):
+    """bench_nvfp4 --rows times a forced row beside the selected one ("ours@ROW"). --row fits those records with the
+    forced row's tile (the 128x128 row at M = 256: 2 CTAs per SM, twice the tiles), and the default fit leaves out
+    records where the table ran another tile than the M's own (the 128x128 row that M = 129..511 may take)."""
+    slots = fit.parse_slots(PROBE)
+    runs = [(False, s) for s in (1, 2, 3, 4, 6, 8)] + [(True, s) for s in (2, 3, 4, 6, 8)]
+    for i, (cluster, s) in enumerate(runs, 1):
+        records = []
+        for name, n, k in SHAPES:
+            records.append({"impl": "ours@fp4_wgmma_128x128", "row": "fp4_wgmma_128x128", "shape": name, "m": 256,
+                            "n": n, "k": k,
+                            "us": float(np.dot(TRUE, fit.features(256, n, k, s, cluster, slots, 132, tok=128)))})
+            records.append({"impl": "ours", "row": "fp4_wgmma_128x128" if name == "qkv" else "fp4_wgmma_128x256",
+                            "shape": name, "m": 256, "n": n, "k": k,
+                            "us": float(np.dot(TRUE, fit.features(256, n, k, s, cluster, slots, 132)))})
+        reduction = "cluster" if cluster else "partials"
+        (tmp_path / f"fp4_split_{i}_{reduction}{s}.json").write_text(json.dumps({"records": records}))
+    assert fit.features(256, 6144, 4096, 1, False, slots, 132, tok=128)[2] == 1  # 96 tiles in 264 slots: one wave
+    forced = fit.read_runs([tmp_path], "fp4_wgmma_128x128")
+    assert len(forced) == 11 * len(SHAPES)
+    coef, rms = fit.fit(forced, slots, 132, tok=128)
+    np.testing.assert_allclose(coef, TRUE, rtol=1e-6, atol=1e-6)
+    selected = fit.read_runs([tmp_path])
+    assert len(selected) == 11 * (len(SHAPES) - 1) and all(r[0] != "qkv" for r in selected)
+    slots_file = tmp_path / "slots.txt"
+    slots_file.write_text(PROBE)
+    assert fit.main([str(tmp_path), "--slots", str(slots_file), "--row", "fp4_wgmma_128x128"]) == 0
+    assert "tile 128: 66 records, rms 0.000" in capsys.readouterr().out
+    assert fit.main([str(tmp_path), "--slots", str(slots_file), "--row", "fp4_dequant_cublas"]) == 2

@@ -69,12 +69,11 @@ def test_sm90_switches_are_checked_at_import_values():
     ops.check_env({"BLOCKFP8_SM90_RASTER": ""})
     ops.check_env({"BLOCKFP8_SM90_SPLITS": "3", "BLOCKFP8_SM90_REDUCTION": "nondeterministic"})
     ops.check_env({"BLOCKFP8_SM90_FP4_REDUCTION": "partials", "BLOCKFP8_SM90_FP4_SPLITS": "16"})
-    ops.check_env({"BLOCKFP8_SM90_FP4_EPILOGUE": "direct"})
     for pdl in ("0", "1", "gemm"):
         ops.check_env({"BLOCKFP8_SM90_PDL": pdl})
     ops.check_env({"BLOCKFP8_SM90_TILE_N": "96"})
     for name, bad in (("RASTER", "alongn"), ("SWIZZLE", "3"), ("SPLITS", "5"), ("REDUCTION", "fast"),
-                      ("FP4_SPLITS", "17"), ("FP4_REDUCTION", "atomic"), ("FP4_EPILOGUE", "stmatrix"),
+                      ("FP4_SPLITS", "17"), ("FP4_REDUCTION", "atomic"),
                       ("PDL", "off"), ("TILE_N", "100")):
         with pytest.raises(ValueError, match=f"BLOCKFP8_SM90_{name}='{bad}'"):
             ops.check_env({f"BLOCKFP8_SM90_{name}": bad})

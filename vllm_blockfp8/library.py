@@ -78,9 +78,7 @@ SM90_ENV_SWITCHES = {"BLOCKFP8_SM90_RASTER": ("heuristic", "along_m", "along_n")
                   "BLOCKFP8_SM90_NARROW_SPLIT": ("0", "1"),
                   # The NVFP4 wgmma rows' K split (csrc/fp4/sm90/w4a16_wgmma.cu): its reduction and a forced count.
                   "BLOCKFP8_SM90_FP4_REDUCTION": ("auto", "cluster", "partials"),
-                  "BLOCKFP8_SM90_FP4_SPLITS": tuple(str(s) for s in range(1, 17)),
-                  # ... and their unsplit epilogue: the output tile staged in shared memory, or 2-byte stores.
-                  "BLOCKFP8_SM90_FP4_EPILOGUE": ("staged", "direct")}
+                  "BLOCKFP8_SM90_FP4_SPLITS": tuple(str(s) for s in range(1, 17))}
 
 
 # The user switches the extension and the package read, with their allowed values (README): a typo fails at import

@@ -188,7 +188,7 @@ for s in "$@"; do
             --peers none --rows "$r" --m "$ms" --shapes "${shp:-benchmark_set}" --plot /dev/null \
             --json benchmarks/results/bench_gemm_ab_${i}_${rows%%,*}_$o.json | grep -E "^geomean|^    ours"; done; done' ;;
     ab_builds)
-      stage ab_builds ${CAP_AB:-300} bash -c 'so=$(python3 -c "import torch, vllm_blockfp8._C as c; print(c.__file__)") \
+      stage ab_builds ${CAP_AB:-300} bash -c 'so=$(python3 -c "import importlib.util as u; print(u.find_spec(\"vllm_blockfp8._C\").origin)") \
         && cp "$so" /tmp/ab_tree_C.so && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]),
           open(sys.argv[2], \"wb\"))" .prebuilt_base/_C.abi3.so.xz /tmp/ab_base_C.so || exit 1
         r=benchmarks/results/ab_builds; i=0; for v in tree base base tree; do i=$((i + 1)); cp /tmp/ab_${v}_C.so "$so"

@@ -4,9 +4,9 @@
 // Question (fp4/NOTES.md): one unsplit wave of the 128x256 tile costs ~0.78 us a 64-deep stage plus ~11 us that is
 // not the loop (13.0 us at K = 128, 60.9 at K = 4096 on 16896 rows, M = 256). Which phase holds the 11 us: the gap
 // between kernels, CTAs starting late, the first stage's x copies, its weight loads, the loop, the epilogue, or the
-// slowest CTA? And what does the unsplit epilogue cost, staged through shared memory (the default) or stored straight
-// from the accumulators (BLOCKFP8_SM90_FP4_EPILOGUE=direct)? Answer (an H100): the epilogue, 7-9 us direct, 3.2-3.9
-// staged (benchmarks/results/fp4_wgmma_phase_probe.json).
+// slowest CTA? Answer (an H100, benchmarks/results/fp4_wgmma_phase_probe.json): the epilogue, 7-9 us with 2-byte stores
+// from the accumulators ("direct": measured at f37ccff, whose kernel still had that path), 3.2-3.9 us staged through
+// shared memory (the kernel's only unsplit epilogue since).
 //
 //   out[m, n] = global_scale[n] * sum_k x[m, k] * e2m1(code[n, k]) * scale[n, k / 16]      (bf16 x and out)
 //
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(sm90::kThreads) empty_kernel() {
 struct Config {
   const char* what;
   int tok, m, n, k;
-  bool empty, staged;  // staged: the unsplit epilogue through shared memory (the kernel's stage_output), else direct
+  bool empty;
 };
 
 struct Phases {
@@ -170,7 +170,7 @@ Phases run(const Config& c) {
     }
     const Args<bf16> a{d_x, d_codes + code_bytes * copy, d_scales + scale_bytes * copy, d_gs, 0, nullptr, d_out,
                        c.m, c.n, c.k, c.k, c.n};
-    gemm<<<grid, sm90::kThreads, smem, s>>>(a, nullptr, c.staged);
+    gemm<<<grid, sm90::kThreads, smem, s>>>(a, nullptr);
   };
 
   if (!c.empty) {  // one output row checked finite and not all zero
@@ -243,22 +243,15 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int one_wave = sms * 128;  // N with one 128-row tile per SM
   const Config configs[] = {
-      {"empty, tok 256 grid", 256, 256, one_wave, 128, true, false},
-      {"128x256 staged, K 128", 256, 256, one_wave, 128, false, true},
-      {"128x256 staged, K 512", 256, 256, one_wave, 512, false, true},
-      {"128x256 staged, K 1024", 256, 256, one_wave, 1024, false, true},
-      {"128x256 staged, K 4096", 256, 256, one_wave, 4096, false, true},
-      {"128x256 staged, 2 waves", 256, 256, 2 * one_wave, 1024, false, true},
-      {"128x256 direct, K 128", 256, 256, one_wave, 128, false, false},
-      {"128x256 direct, K 512", 256, 256, one_wave, 512, false, false},
-      {"128x256 direct, K 1024", 256, 256, one_wave, 1024, false, false},
-      {"128x256 direct, K 4096", 256, 256, one_wave, 4096, false, false},
-      {"128x256 direct, 2 waves", 256, 256, 2 * one_wave, 1024, false, false},
-      {"empty, tok 128 grid", 128, 256, one_wave, 128, true, false},
-      {"128x128 staged, K 1024", 128, 256, one_wave, 1024, false, true},
-      {"128x128 staged, K 4096", 128, 256, one_wave, 4096, false, true},
-      {"128x128 direct, K 1024", 128, 256, one_wave, 1024, false, false},
-      {"128x128 direct, K 4096", 128, 256, one_wave, 4096, false, false},
+      {"empty, tok 256 grid", 256, 256, one_wave, 128, true},
+      {"128x256, K 128", 256, 256, one_wave, 128, false},
+      {"128x256, K 512", 256, 256, one_wave, 512, false},
+      {"128x256, K 1024", 256, 256, one_wave, 1024, false},
+      {"128x256, K 4096", 256, 256, one_wave, 4096, false},
+      {"128x256, 2 waves", 256, 256, 2 * one_wave, 1024, false},
+      {"empty, tok 128 grid", 128, 256, one_wave, 128, true},
+      {"128x128, K 1024", 128, 256, one_wave, 1024, false},
+      {"128x128, K 4096", 128, 256, one_wave, 4096, false},
   };
 
   FILE* f = argc > 1 ? open_probe_json(argv[1], sms, "") : nullptr;
@@ -276,7 +269,7 @@ int main(int argc, char** argv) {
                    "\"ctas\": %d, \"launches\": %d, \"graph_us\": %.3f, \"gap_us\": %.3f, \"start_spread_us\": %.3f, "
                    "\"x_us\": %.3f, \"first_stage_us\": %.3f, \"loop_us\": %.3f, \"epilogue_us\": %.3f, "
                    "\"span_us\": %.3f, \"tail_us\": %.3f}",
-                   first_record ? "" : ",\n", c.what, c.empty ? "none" : c.staged ? "staged" : "direct", c.tok, c.m,
+                   first_record ? "" : ",\n", c.what, c.empty ? "none" : "staged", c.tok, c.m,
                    c.n, c.k, r.ctas, r.launches, r.graph_us, r.gap_us, r.start_spread_us, r.x_us, r.first_stage_us,
                    r.loop_us, r.epilogue_us, r.span_us, r.end_spread_us);
     first_record = false;

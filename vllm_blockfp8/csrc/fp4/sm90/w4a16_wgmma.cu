@@ -26,7 +26,6 @@ enum class Reduction { kAuto, kCluster, kPartials };
 struct SplitOptions {
   Reduction reduction = Reduction::kAuto;
   int count = 0;  // 0: the rule's
-  bool stage_output = true;  // BLOCKFP8_SM90_FP4_EPILOGUE=direct: 2-byte stores from the accumulators instead
 };
 const SplitOptions& split_options() {
   static const SplitOptions o = [] {
@@ -37,8 +36,6 @@ const SplitOptions& split_options() {
                                                      : Reduction::kAuto;
     if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_SPLITS"); v && *v)
       r.count = std::clamp(std::atoi(v), 0, kMaxSplits);
-    if (const char* v = std::getenv("BLOCKFP8_SM90_FP4_EPILOGUE"); v && *v)
-      r.stage_output = std::strcmp(v, "direct") != 0;
     return r;
   }();
   return o;
@@ -83,7 +80,7 @@ const char* rejects_t(const Problem& p) {
   if (WgmmaTile<TOK>::kSmemBytes > p.max_smem)
     return "the tile's pipeline needs more shared memory per block than this GPU has";
   if ((p.n + kRows - 1) / kRows > kMaxGridY) return "N must be at most 65535 * 128 (128-row tiles on grid.y)";
-  // The unsplit epilogue stores 16-byte pieces of output rows (the op's own output always is: N % 16 == 0).
+  // The epilogues store 8 (unsplit) or 4 (cluster) output rows at once (the op's own output is aligned: N % 16 == 0).
   if (reinterpret_cast<uintptr_t>(p.out) % 16 != 0 || p.out_stride % 8 != 0) return "out rows must be 16-byte aligned";
   return rows_16byte_aligned(p.x, p.m, p.x_stride) ? nullptr : kRowsNot16ByteAligned;
 }
@@ -212,8 +209,7 @@ cudaError_t launch_t(const Problem& p, cudaStream_t s) {
   const dim3 grid(unsigned((p.m + TOK - 1) / TOK), unsigned((p.n + kRows - 1) / kRows), unsigned(split.count));
   const cudaLaunchConfig_t c = launch_config<TOK, T>(grid, s, &cluster, split.cluster ? split.count : 1);
   float* partials = split.cluster ? nullptr : static_cast<float*>(p.workspace);
-  if (const cudaError_t err =
-          cudaLaunchKernelEx(&c, &w4a16_wgmma_kernel<TOK, T>, make_args<T>(p), partials, split_options().stage_output);
+  if (const cudaError_t err = cudaLaunchKernelEx(&c, &w4a16_wgmma_kernel<TOK, T>, make_args<T>(p), partials);
       err != cudaSuccess)
     return err;
   return cudaGetLastError();
@@ -236,18 +232,6 @@ const char* w4a16_wgmma_rejects(int tok, const Problem& p) {
   }
 }
 
-namespace {
-Split split_of(int tok, const Problem& p) {
-  switch (tok) {
-    case 32: return split_tok<32>(p);
-    case 64: return split_tok<64>(p);
-    case 128: return split_tok<128>(p);
-    case 256: return split_tok<256>(p);
-    default: return Split{};
-  }
-}
-}  // namespace
-
 template <int TOK>
 WgmmaPlan plan_tok(const Problem& p) {
   const Split split = split_tok<TOK>(p);
@@ -269,13 +253,13 @@ WgmmaPlan w4a16_wgmma_plan(int tok, const Problem& p) {
 }
 
 bool w4a16_wgmma_tok128_modelled_faster(const Problem& p) {
-  const double tok128 = split_of(128, p).modelled_us, tok256 = split_of(256, p).modelled_us;
+  const double tok128 = w4a16_wgmma_plan(128, p).modelled_us, tok256 = w4a16_wgmma_plan(256, p).modelled_us;
   return tok128 > 0 && tok256 > 0 && tok128 < tok256;
 }
 
 int w4a16_wgmma_partial_splits(int tok, const Problem& p) {
-  const Split split = split_of(tok, p);
-  return split.cluster ? 1 : split.count;
+  const WgmmaPlan plan = w4a16_wgmma_plan(tok, p);
+  return plan.cluster ? 1 : std::max(plan.splits, 1);
 }
 
 size_t w4a16_wgmma_workspace(int tok, const Problem& p) {

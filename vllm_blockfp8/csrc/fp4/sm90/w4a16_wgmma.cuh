@@ -22,10 +22,11 @@
 // warpgroup has retired (wait_group 1 after stage i - 1's first step) before the barrier that precedes the load.
 // Tiles past N (N % 16 == 0, N % 128 need not be) re-read the last tile and are never stored.
 // Epilogue: fp32 accumulators * global_scale * 2^7 (kUnbias) + bias in fp32 (store_out's arithmetic), one rounding to
-// 16 bits, masked stores; or, split, the cluster reduction (this split's tile [TOK][kReduceStride] fp32 in the ring's
-// shared memory) or the fp32 partials. Numerics: decode.cuh (exact operands, fp32 accumulation).
+// 16 bits; unsplit, the 16-bit tile staged in the ring (stmatrix) and stored as 16-byte pieces of token rows; split,
+// the cluster reduction (this split's fp32 tile [TOK][kReduceStride] in the ring, 8-byte stores of 4 rows) or the fp32
+// partials. Numerics: decode.cuh (exact operands, fp32 accumulation).
 // Unsupported: the row-contiguous packings (ModelOpt's, paired: the layer stores the fragment packing on SM90),
-// x or out rows not 16-byte aligned, N > 65535 * 128, any GPU but SM90 (compute capability 9.0).
+// x rows not 16-byte aligned, out rows not 16-byte aligned, N > 65535 * 128, any GPU but SM90 (compute capability 9.0).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -85,7 +86,7 @@ __host__ __device__ constexpr int d_token(int t, int j) { return 8 * (j >> 2) + 
 
 template <int TOK, typename T>
 __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
-    w4a16_wgmma_kernel(const Args<T> a, float* partials, bool stage_output) {
+    w4a16_wgmma_kernel(const Args<T> a, float* partials) {
   using Tile = WgmmaTile<TOK>;
   constexpr int kAhead = kXStages - 2;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -196,12 +197,21 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
       asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(at), "f"(acc[j]) : "memory");
     }
     cluster_sync();  // every split's tile is written and visible to the cluster
-    // CTA `rank` sums 4-row pieces rank, rank + splits, ... (in 256-piece strides) over the splits in order.
+    // CTA `rank` sums 4-row pieces rank, rank + splits, ... (in 256-piece strides) over the splits in order and stores
+    // each as one 8-byte store (a warp: 256 contiguous bytes). 256 % 32 == 0, so a thread's pieces are always the same
+    // 4 rows: their scales and bias are read once.
     const int rank = int(cluster_ctarank()), splits = int(cluster_nctarank());
+    const int r4 = 4 * (tid % (kRows / 4)), col = row0 + r4;
+    float scale4[4] = {0.f, 0.f, 0.f, 0.f}, bias4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (col < a.n) {  // N % 16 == 0: the piece's 4 rows are all in or all out
+        scale4[e] = a.global_scale[(col + e) * a.global_scale_stride] * kUnbias;
+        if (a.bias != nullptr) bias4[e] = to_float(a.bias[col + e]);
+      }
     for (int piece = rank * kThreads + tid; piece < TOK * (kRows / 4); piece += splits * kThreads) {
-      const int tok = piece / (kRows / 4), r4 = 4 * (piece % (kRows / 4));
-      const int token = tok0 + tok, col = row0 + r4;
-      if (token >= a.m || col >= a.n) continue;  // N % 16 == 0: the piece's 4 rows are all in or all out
+      const int tok = piece / (kRows / 4), token = tok0 + tok;
+      if (token >= a.m || col >= a.n) continue;
       const uint32_t at = ring + uint32_t((tok * kReduceStride + r4) * 4);
       float sum[4] = {0.f, 0.f, 0.f, 0.f};
       for (int q = 0; q < splits; ++q) {
@@ -209,69 +219,68 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
         sum[0] += v.x, sum[1] += v.y, sum[2] += v.z, sum[3] += v.w;
       }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) store_out(a, token, col + e, sum[e]);
+      for (int e = 0; e < 4; ++e) {  // store_out's arithmetic (gemv.cuh), two roundings
+        sum[e] = __fmul_rn(sum[e], scale4[e]);
+        if (a.bias != nullptr) sum[e] = __fadd_rn(sum[e], bias4[e]);
+      }
+      *reinterpret_cast<uint2*>(a.out + int64_t(token) * a.out_stride + col) =
+          make_uint2(pack_pair<T>(sum[0], sum[1]), pack_pair<T>(sum[2], sum[3]));
     }
     cluster_sync();  // no CTA exits, releasing its shared memory, while another still reads it
     BLOCKFP8_WGMMA_PHASE_END();
     return;
   }
 
-  int col[2];
+  if (gridDim.z > 1) {  // splits summed by the reduce kernel: fp32 partials [split][m][n] (whole sectors per store)
+#pragma unroll
+    for (int j = 0; j < TOK / 2; ++j) {
+      const int tok = tok0 + d_token(t, j), col = row0 + d_row(warp, g, j);
+      if (tok < a.m && col < a.n) partials[(int64_t(blockIdx.z) * a.m + tok) * a.n + col] = acc[j];
+    }
+    BLOCKFP8_WGMMA_PHASE_END();
+    return;
+  }
+
+  // Unsplit: the output tile goes through shared memory, [token][128 rows] 16-bit, and leaves as 16-byte pieces of
+  // token rows. Stored from the accumulators, each 2-byte store fills half of 4 sectors: that epilogue took ~8 us of a
+  // wave of 128x256 tiles against ~3.5 us for this one (an H100, dev/probes/fp4_wgmma_phase_probe.cu).
   float scale[2] = {0.f, 0.f}, bias[2] = {0.f, 0.f};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    col[h] = row0 + d_row(warp, g, 2 * h);  // d[j]'s row for (j / 2) % 2 == h
-    if (gridDim.z == 1 && col[h] < a.n) {
-      scale[h] = a.global_scale[col[h] * a.global_scale_stride] * kUnbias;
-      if (a.bias != nullptr) bias[h] = to_float(a.bias[col[h]]);
+    const int col = row0 + d_row(warp, g, 2 * h);  // d[j]'s row for (j / 2) % 2 == h
+    if (col < a.n) {
+      scale[h] = a.global_scale[col * a.global_scale_stride] * kUnbias;
+      if (a.bias != nullptr) bias[h] = to_float(a.bias[col]);
     }
   }
   auto finish = [&](float acc_j, int h) {  // store_out's arithmetic (gemv.cuh), two roundings
     const float v = __fmul_rn(acc_j, scale[h]);
     return a.bias != nullptr ? __fadd_rn(v, bias[h]) : v;
   };
-
-  if (gridDim.z == 1 && stage_output) {
-    // The output tile goes through shared memory, [token][128 rows] 16-bit, so the global stores are whole 16-byte
-    // pieces of token rows instead of 2-byte stores that fill half of each sector. Every warpgroup's wgmmas have read
-    // the ring once all threads pass this barrier.
-    __syncthreads();
-    // stmatrix x4 (transposed) per two 8-token blocks q, q + 1: matrix i is (rows 8 (i % 2) of the warp's 16, tokens
-    // 8 (q + i / 2)), whose lane (g, t) pair is d[4 q + 2 i], d[4 q + 2 i + 1] (tokens 2t, 2t + 1 of row g).
-    const int mi = lane >> 3, mr = lane & 7;
-    const uint32_t st_base = ring + uint32_t((8 * (mi >> 1) + mr) * kOutPitch + (16 * warp + 8 * (mi & 1)) * 2);
+  __syncthreads();  // every warpgroup's wgmmas have read the ring
+  // stmatrix x4 (transposed) per two 8-token blocks q, q + 1: matrix i is (rows 8 (i % 2) of the warp's 16, tokens
+  // 8 (q + i / 2)), whose lane (g, t) pair is d[4 q + 2 i], d[4 q + 2 i + 1] (tokens 2t, 2t + 1 of row g).
+  const int mi = lane >> 3, mr = lane & 7;
+  const uint32_t st_base = ring + uint32_t((8 * (mi >> 1) + mr) * kOutPitch + (16 * warp + 8 * (mi & 1)) * 2);
 #pragma unroll
-    for (int q = 0; q < TOK / 8; q += 2) {
-      uint32_t r[4];
+  for (int q = 0; q < TOK / 8; q += 2) {
+    uint32_t r[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        r[i] = pack_pair<T>(finish(acc[4 * q + 2 * i], i & 1), finish(acc[4 * q + 2 * i + 1], i & 1));
-      stmatrix_x4_trans(st_base + uint32_t(8 * q * kOutPitch), r);
-    }
-    __syncthreads();
-    // 16 16-byte pieces per token row (out rows 16-byte aligned: rejects_t); N % 16 == 0, so a piece's 8 rows are all
-    // in or all out.
-    for (int piece = tid; piece < TOK * 16; piece += kThreads) {
-      const int tok = piece >> 4, c = piece & 15, token = tok0 + tok, out_col = row0 + 8 * c;
-      if (token >= a.m || out_col >= a.n) continue;
-      uint4 v;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                   : "r"(ring + uint32_t(tok * kOutPitch + 16 * c)));
-      *reinterpret_cast<uint4*>(a.out + int64_t(token) * a.out_stride + out_col) = v;
-    }
-    BLOCKFP8_WGMMA_PHASE_END();
-    return;
+    for (int i = 0; i < 4; ++i)
+      r[i] = pack_pair<T>(finish(acc[4 * q + 2 * i], i & 1), finish(acc[4 * q + 2 * i + 1], i & 1));
+    stmatrix_x4_trans(st_base + uint32_t(8 * q * kOutPitch), r);
   }
-#pragma unroll
-  for (int j = 0; j < TOK / 2; ++j) {
-    const int h = (j >> 1) & 1, tok = tok0 + d_token(t, j);
-    if (tok >= a.m || col[h] >= a.n) continue;
-    if (gridDim.z == 1) {
-      a.out[int64_t(tok) * a.out_stride + col[h]] = from_float<T>(finish(acc[j], h));
-    } else {
-      partials[(int64_t(blockIdx.z) * a.m + tok) * a.n + col[h]] = acc[j];
-    }
+  __syncthreads();
+  // 16 16-byte pieces per token row (out rows 16-byte aligned: rejects_t); N % 16 == 0, so a piece's 8 rows are all in
+  // or all out.
+  for (int piece = tid; piece < TOK * 16; piece += kThreads) {
+    const int tok = piece >> 4, c = piece & 15, token = tok0 + tok, out_col = row0 + 8 * c;
+    if (token >= a.m || out_col >= a.n) continue;
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(ring + uint32_t(tok * kOutPitch + 16 * c)));
+    *reinterpret_cast<uint4*>(a.out + int64_t(token) * a.out_stride + out_col) = v;
   }
   BLOCKFP8_WGMMA_PHASE_END();
 }
