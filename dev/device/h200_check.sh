@@ -28,6 +28,8 @@
 #                time (launch gap, CTA starts, first loads, loop, epilogue, tail) against an empty grid (~30 s + nvcc)
 #   pdl_probe    dev/probes/pdl_gemv_probe.cu: [norm, NVFP4 decode GEMV] pairs with and without programmatic
 #                dependent launch, M = 1, Qwen3-8B's layers: what PDL hides of the GEMV's fixed cost (~10 s + nvcc)
+#   narrow_fused_quant_probe  dev/probes/narrow_fused_quant_probe.cu: the activation quantizer fused into the tok64
+#                GEMM (register-A wgmma) on narrow long-K layers against quantizer + tok64 and cuBLAS bf16 (nvcc ~2 min)
 #   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST[@SHAPES]" in GEMM_AB
 #                (space-separated; SHAPES: shape sets or names, default benchmark_set), two processes,
 #                the row order reversed in the second (bench_gemm_ab_<I>_<ROW_A>_{a,b}.json, I = the
@@ -180,6 +182,14 @@ for s in "$@"; do
     tma_probe) stage tma_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include dev/probes/tma_ingress_probe.cu \
                   -o /tmp/tma_ingress_probe && /tmp/tma_ingress_probe benchmarks/results/tma_ingress_probe.json' ;;
+    narrow_fused_quant_probe)  # cuBLAS headers and library from the CUDA wheels torch brings, whatever the toolkit has
+      stage narrow_fused_quant_probe 300 bash -c 'nv=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \"cu13\"))") \
+        && mkdir -p /tmp/cublas_inc && ln -sf "$nv"/include/cublas*.h /tmp/cublas_inc/ \
+        && nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+             -I /tmp/site/cutlass_library/source/include -I /tmp/cublas_inc -I vllm_blockfp8/csrc \
+             dev/probes/narrow_fused_quant_probe.cu -L "$nv/lib" -l:libcublas.so.13 -Xlinker -rpath="$nv/lib" \
+             -o /tmp/narrow_fused_quant_probe \
+        && /tmp/narrow_fused_quant_probe benchmarks/results/narrow_fused_quant_probe.json' ;;
     ab_gemm)  # candidate rows against the row they would replace, both run orders (gemm/NOTES.md)
       stage ab_gemm ${CAP_AB:-300} bash -c 'set -- ${GEMM_AB:?set GEMM_AB}; n=$#; i=0; for spec in "$@"; do
         i=$((i + 1)); IFS=@ read -r rows ms shp <<< "$spec"; rev=$(echo "$rows" | tr , "\n" | tac | paste -sd,)
