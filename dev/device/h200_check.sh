@@ -182,8 +182,10 @@ for s in "$@"; do
     tma_probe) stage tma_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include dev/probes/tma_ingress_probe.cu \
                   -o /tmp/tma_ingress_probe && /tmp/tma_ingress_probe benchmarks/results/tma_ingress_probe.json' ;;
-    narrow_fused_quant_probe)  # cuBLAS headers and library from the CUDA wheels torch brings, whatever the toolkit has
+    narrow_fused_quant_probe)  # cuBLAS headers and library from the CUDA wheels torch brings, whatever the toolkit has;
+      # CuTe from nvidia-cutlass (in .whl: a call that carries only the prebuilt extension has no CUTLASS headers)
       stage narrow_fused_quant_probe 300 bash -c 'nv=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \"cu13\"))") \
+        && { [ -d /tmp/site/cutlass_library/source/include ] || { echo "no CUTLASS headers: put the nvidia-cutlass wheel in .whl"; exit 1; }; } \
         && mkdir -p /tmp/cublas_inc && ln -sf "$nv"/include/cublas*.h /tmp/cublas_inc/ \
         && nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
              -I /tmp/site/cutlass_library/source/include -I /tmp/cublas_inc -I vllm_blockfp8/csrc \

@@ -41,13 +41,20 @@ struct Args {
   int64_t x_stride, out_stride;
 };
 
-// The one epilogue of every kernel: fp32 sum -> global scale, bias -> x's dtype. The multiply and the add are rounded
-// separately (__fmul_rn / __fadd_rn: never contracted into an FMA), so every kernel that reaches the same sum stores
-// the same bits: left to the compiler, one inlined copy of this function fused 3 of 4 multiply-adds and not the 4th.
+// The one epilogue arithmetic of every FP4 kernel (these GEMVs, the SM90 wgmma GEMM's three stores): fp32 sum x
+// (global scale x kUnbias), then + bias. The multiply and the add are rounded separately (__fmul_rn / __fadd_rn: never
+// contracted into an FMA), so every kernel that reaches the same sum stores the same bits: left to the compiler, one
+// inlined copy fused 3 of 4 multiply-adds and not the 4th. No bias adds nothing (not + 0, which would turn -0 into +0).
+__device__ __forceinline__ float scale_and_bias(float sum, float unbiased_scale, float bias, bool has_bias) {
+  const float v = __fmul_rn(sum, unbiased_scale);
+  return has_bias ? __fadd_rn(v, bias) : v;
+}
+
 template <typename T>
 __device__ __forceinline__ void store_out(const Args<T>& a, int tok, int col, float sum) {
-  float v = __fmul_rn(sum, a.global_scale[col * a.global_scale_stride] * kUnbias);
-  if (a.bias != nullptr) v = __fadd_rn(v, to_float(a.bias[col]));
+  const bool has_bias = a.bias != nullptr;
+  const float v = scale_and_bias(sum, a.global_scale[col * a.global_scale_stride] * kUnbias,
+                                 has_bias ? to_float(a.bias[col]) : 0.f, has_bias);
   a.out[int64_t(tok) * a.out_stride + col] = from_float<T>(v);
 }
 

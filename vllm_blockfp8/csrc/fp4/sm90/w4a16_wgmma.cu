@@ -50,10 +50,11 @@ struct SplitCosts {
   double stage, wave, partial_mb, cluster_wave;
 };
 constexpr SplitCosts kTok256Costs{0.75, 6.3, 0.18, 1.9};
-// The 128-token tile past M = 128 (2 CTAs per SM, the partials rule's count; no cluster term), fitted the same way to
-// 45 timings of the 15 layers at M = 192, 256 and 384 on an H100 (9% rms): the 128x128 row takes M = 129..511 where
-// this rates it faster than the 256-token tile (fp4/NOTES.md).
-constexpr SplitCosts kTok128Costs{0.69, 7.0, 0.19, 0.0};
+// The 128-token tile past M = 128 (2 CTAs per SM), fitted the same way to 495 timings of the 128x128 row forced on the
+// 15 layers at M = 192, 256 and 384 on an H100, both reductions with 1, 2, 3, 4, 6 and 8 splits (12% rms): it picks
+// that tile's reduction and count there, and the 128x128 row takes M = 129..511 where its least time is below the
+// 256-token tile's (fp4/NOTES.md).
+constexpr SplitCosts kTok128Costs{0.633, 0.35, 0.38, 6.3};
 
 // How a launch splits K: `count` CTAs share each output tile's stages; `cluster`: they are one thread-block cluster
 // and sum through distributed shared memory in the kernel, else they write fp32 partials the caller reduces.
@@ -133,15 +134,17 @@ int64_t cluster_slots(int splits) {
 // K split, s = 1..16 with at least 8 stages per split; waves(s) = ceil(tiles x s / slots), slots the tile's CTAs per
 // SM x SMs for partials and, for a cluster, the CTAs that run at once in clusters of s (cluster_slots: 117 for s = 3
 // at one CTA per SM on an H100, not 132).
-// - 256-token tile (M = 129..511): the reduction and s of least modelled time, kTok256Costs:
+// - 256-token tile, and the 128-token tile past M = 128 (M = 129..511): the reduction and s of least modelled time,
+//   kTok256Costs / kTok128Costs:
 //     stage x waves x ceil(stages / s) + wave x waves + (partials: partial_mb x 2 x s x M x N x 4 / 1e6;
 //                                                        cluster: cluster_wave x waves).
 //   Neither reduction wins everywhere: a cluster has no partial traffic (1.2-4.4x the weight's bytes at M = 256 with
-//   the partials rule's counts) but fits fewer CTAs at once. Against the partials rule below: 0.93x the time
-//   (geomean), 0.73-1.02x per layer.
-// - 32..128-token tiles: fp32 partials, s minimizing waves x (stages / s + ring fill). Where these tiles' layers are
-//   bound by memory the wave model did not predict either reduction's time (15% rms), and the 128-token tile's
-//   model-chosen clusters lost up to 10% on 4 of 15 layers (fp4/NOTES.md); BLOCKFP8_SM90_FP4_REDUCTION=cluster uses
+//   the partials rule's counts) but fits fewer CTAs at once. Against the partials rule below, the 256-token tile:
+//   0.93x the time (geomean), 0.73-1.02x per layer; the 128-token one at M = 192 / 256 / 384, with the tile choice it
+//   moves: 0.966 / 0.947 / 0.959x (worst 1.07x; the same leaving each layer out of the fit).
+// - 32..128-token tiles up to M = 128: fp32 partials, s minimizing waves x (stages / s + ring fill). Where these
+//   tiles' layers are bound by memory the wave model did not predict either reduction's time (13-15% rms; at M = 128
+//   the 128-token model's choice lost up to 12% on a layer: fp4/NOTES.md); BLOCKFP8_SM90_FP4_REDUCTION=cluster uses
 //   clusters there (with cluster slots).
 // The smaller s on a tie; a cluster over partials on a tie.
 template <int TOK, typename T>
@@ -171,13 +174,14 @@ Split split_t(const Problem& p) {
     return c.stage * double(w * ((stages + s - 1) / s)) + c.wave * double(w) + reduce;
   };
   Split best{};
-  if constexpr (TOK == 256) {
-    best.modelled_us = modelled(kTok256Costs, 1, false);
+  if (TOK == 256 || (TOK == 128 && p.m > 128)) {
+    const SplitCosts& costs = TOK == 256 ? kTok256Costs : kTok128Costs;
+    best.modelled_us = modelled(costs, 1, false);
     for (int s = 2; s <= most; ++s)
       for (int r = 0; r < 2; ++r) {
         const bool cluster = r == 0;
         if (o.reduction != Reduction::kAuto && cluster != (o.reduction == Reduction::kCluster)) continue;
-        const double cost = modelled(kTok256Costs, s, cluster);
+        const double cost = modelled(costs, s, cluster);
         if (cost >= 0 && cost < best.modelled_us) best = Split{s, cluster, cost};
       }
   } else {
@@ -190,7 +194,6 @@ Split split_t(const Problem& p) {
         if (w > 0 && w * len < best_waves * best_len) best = Split{s, cluster}, best_waves = w, best_len = len;
       }
     }
-    if (TOK == 128 && p.m > 128) best.modelled_us = modelled(kTok128Costs, best.count, best.cluster);
   }
   return best;
 }

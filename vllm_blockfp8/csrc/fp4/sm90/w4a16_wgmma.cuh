@@ -21,7 +21,7 @@
 // Shared-memory reuse: iteration i loads x stage i + kXStages - 2 into the slot of stage i - 2, whose wgmma every
 // warpgroup has retired (wait_group 1 after stage i - 1's first step) before the barrier that precedes the load.
 // Tiles past N (N % 16 == 0, N % 128 need not be) re-read the last tile and are never stored.
-// Epilogue: fp32 accumulators * global_scale * 2^7 (kUnbias) + bias in fp32 (store_out's arithmetic), one rounding to
+// Epilogue: fp32 accumulators * global_scale * 2^7 (kUnbias) + bias in fp32 (scale_and_bias, gemv.cuh), one rounding to
 // 16 bits; unsplit, the 16-bit tile staged in the ring (stmatrix) and stored as 16-byte pieces of token rows; split,
 // the cluster reduction (this split's fp32 tile [TOK][kReduceStride] in the ring, 8-byte stores of 4 rows) or the fp32
 // partials. Numerics: decode.cuh (exact operands, fp32 accumulation).
@@ -219,10 +219,7 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
         sum[0] += v.x, sum[1] += v.y, sum[2] += v.z, sum[3] += v.w;
       }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {  // store_out's arithmetic (gemv.cuh), two roundings
-        sum[e] = __fmul_rn(sum[e], scale4[e]);
-        if (a.bias != nullptr) sum[e] = __fadd_rn(sum[e], bias4[e]);
-      }
+      for (int e = 0; e < 4; ++e) sum[e] = scale_and_bias(sum[e], scale4[e], bias4[e], a.bias != nullptr);
       *reinterpret_cast<uint2*>(a.out + int64_t(token) * a.out_stride + col) =
           make_uint2(pack_pair<T>(sum[0], sum[1]), pack_pair<T>(sum[2], sum[3]));
     }
@@ -253,10 +250,7 @@ __global__ void __launch_bounds__(kThreads, WgmmaTile<TOK>::kMinBlocks)
       if (a.bias != nullptr) bias[h] = to_float(a.bias[col]);
     }
   }
-  auto finish = [&](float acc_j, int h) {  // store_out's arithmetic (gemv.cuh), two roundings
-    const float v = __fmul_rn(acc_j, scale[h]);
-    return a.bias != nullptr ? __fadd_rn(v, bias[h]) : v;
-  };
+  auto finish = [&](float acc_j, int h) { return scale_and_bias(acc_j, scale[h], bias[h], a.bias != nullptr); };
   __syncthreads();  // every warpgroup's wgmmas have read the ring
   // stmatrix x4 (transposed) per two 8-token blocks q, q + 1: matrix i is (rows 8 (i % 2) of the warp's 16, tokens
   // 8 (q + i / 2)), whose lane (g, t) pair is d[4 q + 2 i], d[4 q + 2 i + 1] (tokens 2t, 2t + 1 of row g).
