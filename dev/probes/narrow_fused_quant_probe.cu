@@ -23,8 +23,10 @@
 // dequantized weight. Checked first: fused == unfused bit for bit (the count of differing outputs is printed) and
 // both against an fp64 reference of the quantized operands (max relative error over the output's max).
 // Unsupported here: M % 64 != 0, N % TileN != 0, K % 128 != 0 (the probe's shapes satisfy them).
-// Status: written and compile-checked on sm_90a (the fused kernel 219 / 255 / 252 registers at TileN = 64 / 96 / 128,
-// 0 spills, no serialized wgmma), not yet run.
+// Result (an H100, benchmarks/results/narrow_fused_quant_probe.json): bits equal to the two launches everywhere, but
+// 6.1-11.2x their time: ~2.7 us a K block at every width and wave count, the conversion issued by one warp per
+// scheduler and repeated for every N tile (gemm/NOTES.md, open leads). 219 / 255 / 252 registers at TileN = 64 / 96 /
+// 128, 0 spills, no serialized wgmma.
 //
 // Build and run (the stage `narrow_fused_quant_probe` of dev/device/h200_check.sh does this):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I <nvidia-cutlass include> \

@@ -293,8 +293,8 @@ const char* gemv_t16_defers(const Problem& p) {
 }
 
 // The 128x128 row past its own M = 128 only where the cost models rate it faster than the 128x256 row (fewer padding
-// tokens at M = 257..383, two CTAs per SM where 256-token tiles leave a partial wave): 0.87x the 128x256 row's time at
-// M = 384, 0.97x at 256 (geomeans, 15 layers, H100).
+// tokens at M = 257..383, two CTAs per SM where 256-token tiles leave a partial wave), each tile at its own best
+// reduction and split: 0.965x the partials-only 128x128 model's selection over M = 160..448 (23 layers, H100; fp4/NOTES.md).
 const char* wgmma_tok128_defers(const Problem& p) {
   if (p.m <= 128 || sm90::w4a16_wgmma_tok128_modelled_faster(p)) return nullptr;
   return "M > 128 where the cost model rates 128 x 256 tiles faster";
