@@ -25,8 +25,9 @@
 // Unsupported here: M % 64 != 0, N % TileN != 0, K % 128 != 0 (the probe's shapes satisfy them).
 // Result (an H100, benchmarks/results/narrow_fused_quant_probe.json): bits equal to the two launches everywhere, but
 // 6.1-11.2x their time: ~2.7 us a K block at every width and wave count, the conversion issued by one warp per
-// scheduler and repeated for every N tile (gemm/NOTES.md, open leads). 219 / 255 / 252 registers at TileN = 64 / 96 /
-// 128, 0 spills, no serialized wgmma.
+// scheduler and repeated for every N tile; the PROBE_CONVERT variants (below) put 3.5x of it on the exact quotient's
+// guard and show the bare structure at 1.2-2.4x the two launches (gemm/NOTES.md, open leads). 219 / 255 / 252
+// registers at TileN = 64 / 96 / 128, 0 spills, no serialized wgmma.
 //
 // Build and run (the stage `narrow_fused_quant_probe` of dev/device/h200_check.sh does this):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I <nvidia-cutlass include> \
@@ -40,6 +41,13 @@
 #include "../../vllm_blockfp8/csrc/gemm/sm90/kernels/tok64.cu"
 #include "../../vllm_blockfp8/csrc/quant/quant.cu"
 #include "probe_util.cuh"
+
+// PROBE_CONVERT (timing variants; only 0 keeps the quantizer's bits): 0 the exact quotient, 1 x * RN(1 / scale),
+// 2 that without the amax (a fixed scale), 3 no conversion at all (bf16 bytes passed as e4m3): what the structure
+// (TMA of bf16 x, register-A wgmma, promotion) costs alone.
+#ifndef PROBE_CONVERT
+#define PROBE_CONVERT 0
+#endif
 
 namespace fused_probe {
 
@@ -149,16 +157,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
       scale[r] = fmaxf(amax, blockfp8::quant::kAmaxFloor) / blockfp8::quant::kFp8Max;
+#if PROBE_CONVERT >= 2
+      scale[r] = 1.f / 64.f;  // timing only: no amax (the compiler drops its loads' uses above)
+#endif
       const float rcp = __frcp_rn(scale[r]);
       CUTLASS_PRAGMA_UNROLL
       for (int c8 = 0; c8 < 8; ++c8) {
         uint32_t packed = 0;
         CUTLASS_PRAGMA_UNROLL
         for (int w = 0; w < 2; ++w) {
+#if PROBE_CONVERT >= 3
+          packed |= (raw[r][c8][w] >> 8 & 0xffu | raw[r][c8][w] >> 16 & 0xff00u) << (16 * w);  // no conversion
+#else
+#if PROBE_CONVERT >= 1
+          const float2 q = make_float2(__fmul_rn(__uint_as_float(raw[r][c8][w] << 16), rcp),
+                                       __fmul_rn(__uint_as_float(raw[r][c8][w] & 0xffff0000u), rcp));
+#else
           const float2 q = blockfp8::quant::corrected_quotient(__uint_as_float(raw[r][c8][w] << 16),
                                                                __uint_as_float(raw[r][c8][w] & 0xffff0000u),
                                                                scale[r], rcp);
+#endif
           packed |= uint32_t(__nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3)) << (16 * w);
+#endif
         }
         // c8 = 2 kk + h: register 4 kk + 2 h + r of the fragment.
         recast<uint32_t>(a)(4 * (c8 >> 1) + 2 * (c8 & 1) + r) = packed;
