@@ -29,7 +29,8 @@
 #   pdl_probe    dev/probes/pdl_gemv_probe.cu: [norm, NVFP4 decode GEMV] pairs with and without programmatic
 #                dependent launch, M = 1, Qwen3-8B's layers: what PDL hides of the GEMV's fixed cost (~10 s + nvcc)
 #   narrow_fused_quant_probe  dev/probes/narrow_fused_quant_probe.cu: the activation quantizer fused into the tok64
-#                GEMM (register-A wgmma) on narrow long-K layers against quantizer + tok64 and cuBLAS bf16 (nvcc ~2 min)
+#                GEMM (register-A wgmma) on narrow long-K layers against quantizer + tok64 and cuBLAS bf16 (nvcc ~1 min;
+#                CuTe headers: the nvidia-cutlass wheel in .whl, which .vk and the prebuilt extension leave no room for)
 #   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST[@SHAPES]" in GEMM_AB
 #                (space-separated; SHAPES: shape sets or names, default benchmark_set), two processes,
 #                the row order reversed in the second (bench_gemm_ab_<I>_<ROW_A>_{a,b}.json, I = the
