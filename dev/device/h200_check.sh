@@ -30,7 +30,8 @@
 #                dependent launch, M = 1, Qwen3-8B's layers: what PDL hides of the GEMV's fixed cost (~10 s + nvcc)
 #   narrow_fused_quant_probe  dev/probes/narrow_fused_quant_probe.cu: the activation quantizer fused into the tok64
 #                GEMM (register-A wgmma) on narrow long-K layers against quantizer + tok64 and cuBLAS bf16 (nvcc ~1 min;
-#                CuTe headers: the nvidia-cutlass wheel in .whl, which .vk and the prebuilt extension leave no room for)
+#                CuTe headers: the nvidia-cutlass wheel in .whl, which .vk and the prebuilt extension leave no room for;
+#                FUSED_VARIANTS="0 4 1" builds and runs those PROBE_CONVERT variants)
 #   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST[@SHAPES]" in GEMM_AB
 #                (space-separated; SHAPES: shape sets or names, default benchmark_set), two processes,
 #                the row order reversed in the second (bench_gemm_ab_<I>_<ROW_A>_{a,b}.json, I = the
@@ -184,15 +185,18 @@ for s in "$@"; do
                   --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include dev/probes/tma_ingress_probe.cu \
                   -o /tmp/tma_ingress_probe && /tmp/tma_ingress_probe benchmarks/results/tma_ingress_probe.json' ;;
     narrow_fused_quant_probe)  # cuBLAS headers and library from the CUDA wheels torch brings, whatever the toolkit has;
-      # CuTe from nvidia-cutlass (in .whl: a call that carries only the prebuilt extension has no CUTLASS headers)
+      # CuTe from nvidia-cutlass (in .whl: a call that carries only the prebuilt extension has no CUTLASS headers).
+      # FUSED_VARIANTS: the probe's PROBE_CONVERT values to build (in parallel) and run; 0 writes the committed JSON,
+      # another v narrow_fused_quant_probe_v<v>.json
       stage narrow_fused_quant_probe 300 bash -c 'nv=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \"cu13\"))") \
         && { [ -d /tmp/site/cutlass_library/source/include ] || { echo "no CUTLASS headers: put the nvidia-cutlass wheel in .whl"; exit 1; }; } \
-        && mkdir -p /tmp/cublas_inc && ln -sf "$nv"/include/cublas*.h /tmp/cublas_inc/ \
-        && nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-             -I /tmp/site/cutlass_library/source/include -I /tmp/cublas_inc -I vllm_blockfp8/csrc \
+        && mkdir -p /tmp/cublas_inc && ln -sf "$nv"/include/cublas*.h /tmp/cublas_inc/ || exit 1
+        for v in ${FUSED_VARIANTS:-0}; do nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+             -DPROBE_CONVERT=$v -I /tmp/site/cutlass_library/source/include -I /tmp/cublas_inc -I vllm_blockfp8/csrc \
              dev/probes/narrow_fused_quant_probe.cu -L "$nv/lib" -l:libcublas.so.13 -Xlinker -rpath="$nv/lib" \
-             -o /tmp/narrow_fused_quant_probe \
-        && /tmp/narrow_fused_quant_probe benchmarks/results/narrow_fused_quant_probe.json' ;;
+             -o /tmp/narrow_fused_quant_probe_$v & done; wait
+        for v in ${FUSED_VARIANTS:-0}; do s=_v$v; [ $v = 0 ] && s=; echo "== PROBE_CONVERT=$v"
+          /tmp/narrow_fused_quant_probe_$v benchmarks/results/narrow_fused_quant_probe$s.json || exit 1; done' ;;
     ab_gemm)  # candidate rows against the row they would replace, both run orders (gemm/NOTES.md)
       stage ab_gemm ${CAP_AB:-300} bash -c 'set -- ${GEMM_AB:?set GEMM_AB}; n=$#; i=0; for spec in "$@"; do
         i=$((i + 1)); IFS=@ read -r rows ms shp <<< "$spec"; rev=$(echo "$rows" | tr , "\n" | tac | paste -sd,)

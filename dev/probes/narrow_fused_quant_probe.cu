@@ -42,14 +42,24 @@
 #include "../../vllm_blockfp8/csrc/quant/quant.cu"
 #include "probe_util.cuh"
 
-// PROBE_CONVERT (timing variants; only 0 keeps the quantizer's bits): 0 the exact quotient, 1 x * RN(1 / scale),
-// 2 that without the amax (a fixed scale), 3 no conversion at all (bf16 bytes passed as e4m3): what the structure
-// (TMA of bf16 x, register-A wgmma, promotion) costs alone.
+// PROBE_CONVERT (timing variants; 0 and 4 keep the quantizer's bits): 0 the quantizer's exact quotient, 1 x * RN(1 /
+// scale), 2 that without the amax (a fixed scale), 3 no conversion at all (bf16 bytes passed as e4m3): what the
+// structure (TMA of bf16 x, register-A wgmma, promotion) costs alone; 4 the exact quotient without its division branch.
 #ifndef PROBE_CONVERT
 #define PROBE_CONVERT 0
 #endif
 
 namespace fused_probe {
+
+// The quantizer's quotient RN(x / scale) without the division branch of corrected_quotient: Q for every value, then p
+// itself where |p| < 2^-11 (there every quotient converts to e4m3 +-0, and p has x's sign: zeros, fp32-subnormal x).
+// tests/test_quant_fast_quotient.py proves the e4m3 bytes equal the reference's (every 16-bit significand pair down to
+// below 2^-11, edges, midpoints).
+__device__ __forceinline__ float2 exact_quotient_branchless(float x0, float x1, float scale, float r) {
+  const float p0 = __fmul_rn(x0, r), p1 = __fmul_rn(x1, r);
+  const float q0 = __fmaf_rn(__fmaf_rn(-p0, scale, x0), r, p0), q1 = __fmaf_rn(__fmaf_rn(-p1, scale, x1), r, p1);
+  return make_float2(fabsf(p0) < 0x1p-11f ? p0 : q0, fabsf(p1) < 0x1p-11f ? p1 : q1);
+}
 
 using namespace cute;
 namespace tok64 = blockfp8::gemm::sm90::tok64;
@@ -157,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
       scale[r] = fmaxf(amax, blockfp8::quant::kAmaxFloor) / blockfp8::quant::kFp8Max;
-#if PROBE_CONVERT >= 2
+#if PROBE_CONVERT == 2 || PROBE_CONVERT == 3
       scale[r] = 1.f / 64.f;  // timing only: no amax (the compiler drops its loads' uses above)
 #endif
       const float rcp = __frcp_rn(scale[r]);
@@ -166,12 +176,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t packed = 0;
         CUTLASS_PRAGMA_UNROLL
         for (int w = 0; w < 2; ++w) {
-#if PROBE_CONVERT >= 3
+#if PROBE_CONVERT == 3
           packed |= (raw[r][c8][w] >> 8 & 0xffu | raw[r][c8][w] >> 16 & 0xff00u) << (16 * w);  // no conversion
 #else
-#if PROBE_CONVERT >= 1
+#if PROBE_CONVERT == 1 || PROBE_CONVERT == 2
           const float2 q = make_float2(__fmul_rn(__uint_as_float(raw[r][c8][w] << 16), rcp),
                                        __fmul_rn(__uint_as_float(raw[r][c8][w] & 0xffff0000u), rcp));
+#elif PROBE_CONVERT == 4
+          const float2 q = exact_quotient_branchless(__uint_as_float(raw[r][c8][w] << 16),
+                                                     __uint_as_float(raw[r][c8][w] & 0xffff0000u), scale[r], rcp);
 #else
           const float2 q = blockfp8::quant::corrected_quotient(__uint_as_float(raw[r][c8][w] << 16),
                                                                __uint_as_float(raw[r][c8][w] & 0xffff0000u),
