@@ -32,6 +32,8 @@
 #                GEMM (register-A wgmma) on narrow long-K layers against quantizer + tok64 and cuBLAS bf16 (nvcc ~1 min;
 #                CuTe headers: the nvidia-cutlass wheel in .whl, which .vk and the prebuilt extension leave no room for;
 #                FUSED_VARIANTS="0 4 1" builds and runs those PROBE_CONVERT variants)
+#   narrow_cluster_quant_probe  dev/probes/narrow_cluster_quant_probe.cu: the same layers with a cluster along N that
+#                converts each x value once and shares the e4m3 tile through distributed shared memory (nvcc ~1.5 min)
 #   ab_gemm      GEMM only, forced rows A/B: for each "ROW_A,ROW_B[,...]@M_LIST[@SHAPES]" in GEMM_AB
 #                (space-separated; SHAPES: shape sets or names, default benchmark_set), two processes,
 #                the row order reversed in the second (bench_gemm_ab_<I>_<ROW_A>_{a,b}.json, I = the
@@ -197,6 +199,15 @@ for s in "$@"; do
              -o /tmp/narrow_fused_quant_probe_$v & done; wait
         for v in ${FUSED_VARIANTS:-0}; do s=_v$v; [ $v = 0 ] && s=; echo "== PROBE_CONVERT=$v"
           /tmp/narrow_fused_quant_probe_$v benchmarks/results/narrow_fused_quant_probe$s.json || exit 1; done' ;;
+    narrow_cluster_quant_probe)  # as narrow_fused_quant_probe (same headers and wheels): the cluster that converts once
+      stage narrow_cluster_quant_probe 300 bash -c 'nv=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \"cu13\"))") \
+        && { [ -d /tmp/site/cutlass_library/source/include ] || { echo "no CUTLASS headers: put the nvidia-cutlass wheel in .whl"; exit 1; }; } \
+        && mkdir -p /tmp/cublas_inc && ln -sf "$nv"/include/cublas*.h /tmp/cublas_inc/ \
+        && nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+             -I /tmp/site/cutlass_library/source/include -I /tmp/cublas_inc -I vllm_blockfp8/csrc \
+             dev/probes/narrow_cluster_quant_probe.cu -L "$nv/lib" -l:libcublas.so.13 -Xlinker -rpath="$nv/lib" \
+             -o /tmp/narrow_cluster_quant_probe \
+        && /tmp/narrow_cluster_quant_probe benchmarks/results/narrow_cluster_quant_probe.json' ;;
     ab_gemm)  # candidate rows against the row they would replace, both run orders (gemm/NOTES.md)
       stage ab_gemm ${CAP_AB:-300} bash -c 'set -- ${GEMM_AB:?set GEMM_AB}; n=$#; i=0; for spec in "$@"; do
         i=$((i + 1)); IFS=@ read -r rows ms shp <<< "$spec"; rev=$(echo "$rows" | tr , "\n" | tac | paste -sd,)

@@ -81,11 +81,55 @@ struct Tile {
   using Mma = decltype(make_tiled_mma(SM90::GMMA::rs_op_selector<Fp8, Fp8, float, Shape<_64, Int<TileN>, _32>>()));
 };
 
+// One K block's 4 wgmma (k32 steps) of operands a(_, _, kk) and b(_, _, kk) into a fresh fragment.
+template <class Mma, class A, class B, class D>
+__device__ __forceinline__ void wgmma_block(Mma& mma, const A& a, const B& b, D& partial) {
+  warpgroup_fence_operand(partial);
+  warpgroup_arrive();
+  mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTLASS_PRAGMA_UNROLL
+  for (int kk = 0; kk < kTileK / 32; ++kk) {
+    cute::gemm(mma, a(_, _, kk), b(_, _, kk), partial);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+}
+
+// tok64's promotion: acc += partial * fl(token scale x weight scale), rows g (t0) and g + 8 (t1), 8-column groups
+// from `upper_group` on in the weight scale block above (w_hi).
+template <int Groups, class D>
+__device__ __forceinline__ void promote(D& acc, const D& partial, int upper_group, float t0, float t1, float w_lo,
+                                        float w_hi) {
+  const float s0_lo = t0 * w_lo, s1_lo = t1 * w_lo, s0_hi = t0 * w_hi, s1_hi = t1 * w_hi;
+  CUTLASS_PRAGMA_UNROLL
+  for (int gi = 0; gi < Groups; ++gi) {
+    const bool upper = gi >= upper_group;
+    const float scale0 = upper ? s0_hi : s0_lo, scale1 = upper ? s1_hi : s1_lo;
+    acc(4 * gi + 0) = fmaf(partial(4 * gi + 0), scale0, acc(4 * gi + 0));
+    acc(4 * gi + 1) = fmaf(partial(4 * gi + 1), scale0, acc(4 * gi + 1));
+    acc(4 * gi + 2) = fmaf(partial(4 * gi + 2), scale1, acc(4 * gi + 2));
+    acc(4 * gi + 3) = fmaf(partial(4 * gi + 3), scale1, acc(4 * gi + 3));
+  }
+}
+
 struct Params {
   const float* w_scale;  // [ceil(n / 128), k / 128]
   bf16* out;
   int m, n, k_blocks, m_tiles;
 };
+
+// The tile's weight scale rows: the 128-row block its first column lies in and the one above (the last block where
+// none is), and the first 8-column group in the block above.
+struct WeightScales {
+  const float *lo, *hi;
+  int upper_group;
+  __device__ WeightScales(const Params& p, int n0) {
+    const int block = n0 / 128, last = (p.n + 127) / 128 - 1;
+    lo = p.w_scale + int64_t(block) * p.k_blocks, hi = p.w_scale + int64_t(min(block + 1, last)) * p.k_blocks;
+    upper_group = ((block + 1) * 128 - n0) / 8;
+  }
+};
+
 
 template <int TileN>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -134,10 +178,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   clear(acc);
 
   const int g = lane / 4, t = lane % 4, row = warp * 16 + g;
-  const int scale_block = n0 / 128, last_block = (p.n + 127) / 128 - 1;
-  const float* w_scale_lo = p.w_scale + int64_t(scale_block) * p.k_blocks;
-  const float* w_scale_hi = p.w_scale + int64_t(min(scale_block + 1, last_block)) * p.k_blocks;
-  const int upper_group = ((scale_block + 1) * 128 - n0) / 8;
+  const WeightScales ws(p, n0);
+  const float *w_scale_lo = ws.lo, *w_scale_hi = ws.hi;
+  const int upper_group = ws.upper_group;
 
   // Stage s's x block into `a` (16 e4m3 per k32 slice: register j = 4 kk + 2 h + r holds row g + 8 r, columns
   // 32 kk + 16 h + 4t..+3, the low byte first) and this lane's two token scales.
@@ -201,15 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   const auto issue = [&](auto& a, const int s) __attribute__((always_inline)) {
     warpgroup_fence_operand(a);
-    warpgroup_fence_operand(partial);
-    warpgroup_arrive();
-    mma.accumulate_ = GMMA::ScaleOut::Zero;
-    CUTLASS_PRAGMA_UNROLL
-    for (int kk = 0; kk < kTileK / 32; ++kk) {
-      cute::gemm(mma, a(_, _, kk), tCrW(_, _, kk, s), partial);
-      mma.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
+    wgmma_block(mma, a, tCrW(_, _, _, s), partial);
   };
   // Block kb's wgmma done: release its stage and promote as tok64 does (the scale products fl(token x weight)).
   const auto finish = [&](auto& a, const int s, const int kb, const float t0, const float t1)
@@ -220,16 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     warpgroup_fence_operand(a);
     __syncwarp();
     if (lane == 0) Barrier::arrive(&empty[s]);
-    const float s0_lo = t0 * w_lo, s1_lo = t1 * w_lo, s0_hi = t0 * w_hi, s1_hi = t1 * w_hi;
-    CUTLASS_PRAGMA_UNROLL
-    for (int gi = 0; gi < T::kGroups; ++gi) {
-      const bool upper = gi >= upper_group;
-      const float scale0 = upper ? s0_hi : s0_lo, scale1 = upper ? s1_hi : s1_lo;
-      acc(4 * gi + 0) = fmaf(partial(4 * gi + 0), scale0, acc(4 * gi + 0));
-      acc(4 * gi + 1) = fmaf(partial(4 * gi + 1), scale0, acc(4 * gi + 1));
-      acc(4 * gi + 2) = fmaf(partial(4 * gi + 2), scale1, acc(4 * gi + 2));
-      acc(4 * gi + 3) = fmaf(partial(4 * gi + 3), scale1, acc(4 * gi + 3));
-    }
+    promote<T::kGroups>(acc, partial, upper_group, t0, t1, w_lo, w_hi);
   };
   const auto wait_stage = [&](const int kb) { Barrier::wait(&full[kb % S], uint32_t((kb / S) & 1)); };
 
@@ -277,7 +303,19 @@ struct Case {
   int n, k, m, tile_n;
 };
 
+// The register-A kernel's launcher over copy i of x.
 template <int TileN>
+struct RegisterA {
+  static constexpr int kXBoxRows = kTok;
+  const std::vector<CUtensorMap>& x_maps;
+  const CUtensorMap& w_map;
+  const Params& p;
+  void operator()(int i, cudaStream_t s) const { launch_fused<TileN>(x_maps[i], w_map, p, s); }
+};
+
+// One case: the fused kernel (Fused<TileN>, whose x boxes are Fused<TileN>::kXBoxRows rows) against the two launches
+// and cuBLAS bf16, bits and values checked first.
+template <int TileN, template <int> class Fused = RegisterA>
 void run(const Case& c, cublasHandle_t blas, FILE* json, bool& first) {
   const int m = c.m, n = c.n, k = c.k, k_blocks = k / kTileK;
   const size_t x_elems = size_t(m) * k;
@@ -314,7 +352,7 @@ void run(const Case& c, cublasHandle_t blas, FILE* json, bool& first) {
   CUtensorMap w_map;
   for (int i = 0; i < copies; ++i)
     if (!tok64::encode(&x_maps[i], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d_x + x_elems * i, k, m, size_t(k) * 2, 64,
-                       kTok, CU_TENSOR_MAP_SWIZZLE_128B))
+                       Fused<TileN>::kXBoxRows, CU_TENSOR_MAP_SWIZZLE_128B))
       std::fprintf(stderr, "x map failed\n"), std::exit(1);
   if (!tok64::encode(&w_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, d_w, k, n, k, kTileK, TileN, CU_TENSOR_MAP_SWIZZLE_128B))
     std::fprintf(stderr, "w map failed\n"), std::exit(1);
@@ -330,7 +368,7 @@ void run(const Case& c, cublasHandle_t blas, FILE* json, bool& first) {
   const blockfp8::quant::DequantProblem dp{d_w, d_w_scale, d_w_bf16, n, k, true};
   CHECK(blockfp8::quant::launch_dequant_weight(dp, nullptr));
 
-  auto fused = [&](int i, cudaStream_t s) { launch_fused<TileN>(x_maps[i], w_map, fp, s); };
+  const Fused<TileN> fused{x_maps, w_map, fp};
   auto two = [&](int i, cudaStream_t s) {
     qp.x = d_x + x_elems * i;
     CHECK(blockfp8::quant::launch(0, qp, s));
@@ -399,6 +437,7 @@ void run(const Case& c, cublasHandle_t blas, FILE* json, bool& first) {
 
 }  // namespace fused_probe
 
+#ifndef NARROW_FUSED_NO_MAIN
 int main(int argc, char** argv) {
   using namespace fused_probe;
   int sms = 0;
@@ -428,3 +467,4 @@ int main(int argc, char** argv) {
               "cuBLAS on the dequantized weight; differ: fused outputs whose bits differ from two's\n");
   return 0;
 }
+#endif
