@@ -245,13 +245,17 @@ def test_every_16bit_significand_pair_bit_exact(dtype):
     assert off.max() < 1.5 and (off > 1).any(), off.max()
 
 
-def test_bf16_below_the_amax_floor_bit_exact():
+def below_floor_groups() -> torch.Tensor:
     """Every positive and negative bf16 value under 1e-10 (scale = RN(1e-10 / 448), the one scale
     that does not scale with amax), in groups whose amax is under the floor too."""
     bits = torch.arange(0, 0x2F80, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
     v = bits[bits.float() < reference.AMAX_FLOOR]
     v = torch.cat([v, -v])
-    v = torch.cat([v, torch.zeros(-len(v) % GROUP, dtype=torch.bfloat16)]).reshape(-1, GROUP)
+    return torch.cat([v, torch.zeros(-len(v) % GROUP, dtype=torch.bfloat16)]).reshape(-1, GROUP)
+
+
+def test_bf16_below_the_amax_floor_bit_exact():
+    v = below_floor_groups()
     assert (v.float().abs().amax(dim=1) < reference.AMAX_FLOOR).all()
     assert (~assert_bit_exact(v)["fallback"]).sum() > 1000, "values above 2^-6 scale must take the fast path"
 
@@ -399,10 +403,7 @@ def test_branchless_edges_midpoints_and_random(dtype):
     assert_branchless_exact(adversarial_16bit(dtype))
     assert_branchless_exact(random_activations(dtype, 512, 2048, torch.Generator().manual_seed(8)))
     if dtype == torch.bfloat16:
-        bits = torch.arange(0, 0x2F80, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
-        v = bits[bits.float() < reference.AMAX_FLOOR]
-        v = torch.cat([v, -v])
-        assert_branchless_exact(torch.cat([v, torch.zeros(-len(v) % GROUP, dtype=v.dtype)]).reshape(-1, GROUP))
+        assert_branchless_exact(below_floor_groups())
 
 
 def test_branchless_select_is_needed_and_bounded():

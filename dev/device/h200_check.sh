@@ -186,28 +186,19 @@ for s in "$@"; do
     tma_probe) stage tma_probe 120 bash -c 'nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
                   --expt-relaxed-constexpr -I /tmp/site/cutlass_library/source/include dev/probes/tma_ingress_probe.cu \
                   -o /tmp/tma_ingress_probe && /tmp/tma_ingress_probe benchmarks/results/tma_ingress_probe.json' ;;
-    narrow_fused_quant_probe)  # cuBLAS headers and library from the CUDA wheels torch brings, whatever the toolkit has;
-      # CuTe from nvidia-cutlass (in .whl: a call that carries only the prebuilt extension has no CUTLASS headers).
-      # FUSED_VARIANTS: the probe's PROBE_CONVERT values to build (in parallel) and run; 0 writes the committed JSON,
-      # another v narrow_fused_quant_probe_v<v>.json
-      stage narrow_fused_quant_probe 300 bash -c 'nv=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \"cu13\"))") \
+    narrow_fused_quant_probe|narrow_cluster_quant_probe)  # cuBLAS headers and library from the CUDA wheels torch
+      # brings, whatever the toolkit has; CuTe from nvidia-cutlass (in .whl: a call that carries only the prebuilt
+      # extension has no CUTLASS headers). FUSED_VARIANTS: the fused probe's PROBE_CONVERT values to build (in parallel)
+      # and run; 0 writes the committed JSON, another v <probe>_v<v>.json. The cluster probe builds once.
+      variants=${FUSED_VARIANTS:-0}; [ "$s" = narrow_cluster_quant_probe ] && variants=0
+      stage "$s" 300 env PROBE="$s" VARIANTS="$variants" bash -c 'nv=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \"cu13\"))") \
         && { [ -d /tmp/site/cutlass_library/source/include ] || { echo "no CUTLASS headers: put the nvidia-cutlass wheel in .whl"; exit 1; }; } \
         && mkdir -p /tmp/cublas_inc && ln -sf "$nv"/include/cublas*.h /tmp/cublas_inc/ || exit 1
-        for v in ${FUSED_VARIANTS:-0}; do nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+        for v in $VARIANTS; do nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
              -DPROBE_CONVERT=$v -I /tmp/site/cutlass_library/source/include -I /tmp/cublas_inc -I vllm_blockfp8/csrc \
-             dev/probes/narrow_fused_quant_probe.cu -L "$nv/lib" -l:libcublas.so.13 -Xlinker -rpath="$nv/lib" \
-             -o /tmp/narrow_fused_quant_probe_$v & done; wait
-        for v in ${FUSED_VARIANTS:-0}; do s=_v$v; [ $v = 0 ] && s=; echo "== PROBE_CONVERT=$v"
-          /tmp/narrow_fused_quant_probe_$v benchmarks/results/narrow_fused_quant_probe$s.json || exit 1; done' ;;
-    narrow_cluster_quant_probe)  # as narrow_fused_quant_probe (same headers and wheels): the cluster that converts once
-      stage narrow_cluster_quant_probe 300 bash -c 'nv=$(python3 -c "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], \"cu13\"))") \
-        && { [ -d /tmp/site/cutlass_library/source/include ] || { echo "no CUTLASS headers: put the nvidia-cutlass wheel in .whl"; exit 1; }; } \
-        && mkdir -p /tmp/cublas_inc && ln -sf "$nv"/include/cublas*.h /tmp/cublas_inc/ \
-        && nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-             -I /tmp/site/cutlass_library/source/include -I /tmp/cublas_inc -I vllm_blockfp8/csrc \
-             dev/probes/narrow_cluster_quant_probe.cu -L "$nv/lib" -l:libcublas.so.13 -Xlinker -rpath="$nv/lib" \
-             -o /tmp/narrow_cluster_quant_probe \
-        && /tmp/narrow_cluster_quant_probe benchmarks/results/narrow_cluster_quant_probe.json' ;;
+             dev/probes/$PROBE.cu -L "$nv/lib" -l:libcublas.so.13 -Xlinker -rpath="$nv/lib" -o /tmp/${PROBE}_$v & done; wait
+        for v in $VARIANTS; do x=_v$v; [ $v = 0 ] && x=; echo "== $PROBE PROBE_CONVERT=$v"
+          /tmp/${PROBE}_$v benchmarks/results/$PROBE$x.json || exit 1; done' ;;
     ab_gemm)  # candidate rows against the row they would replace, both run orders (gemm/NOTES.md)
       stage ab_gemm ${CAP_AB:-300} bash -c 'set -- ${GEMM_AB:?set GEMM_AB}; n=$#; i=0; for spec in "$@"; do
         i=$((i + 1)); IFS=@ read -r rows ms shp <<< "$spec"; rev=$(echo "$rows" | tr , "\n" | tac | paste -sd,)
